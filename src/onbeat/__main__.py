@@ -1,0 +1,3 @@
+from onbeat.cli import main
+
+main()

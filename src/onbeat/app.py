@@ -1,0 +1,287 @@
+"""``App``: the public Python API. Register tasks, submit and manage jobs, read executions.
+
+Every method is usable from a plain script; the ``a``-prefixed twins are for async code (they run
+the store call in a thread so the event loop keeps serving).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from onbeat.clock import Clock, SystemClock
+from onbeat.errors import NotFoundError, ValidationError
+from onbeat.model import DeadLetter, Execution, Job, MisfirePolicy, OverlapPolicy
+from onbeat.schedule import Schedule
+from onbeat.settings import Settings
+from onbeat.store import Store, open_store
+from onbeat.store.base import JobChanges, NewJob
+from onbeat.task import TaskFunction, TaskRegistry, validate_retry
+
+F = TypeVar("F", bound=TaskFunction)
+MAX_PARAMS_BYTES = 64 * 1024
+
+
+class App:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        queue_url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        **settings: Any,
+    ) -> None:
+        if database_url is not None:
+            settings["database_url"] = database_url
+        if queue_url is not None:
+            settings["queue_url"] = queue_url
+        self.settings = Settings(**settings)
+        self.clock = clock or SystemClock()
+        self.registry = TaskRegistry()
+        self._store: Store | None = None
+        self._submit_listeners: list[Callable[[], None]] = []
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = open_store(self.settings.database_url, self.clock, self.settings.shards)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def on_submit(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after work is submitted through this App (the embedded node's
+        scheduler uses it to dispatch at once instead of at its next poll)."""
+        self._submit_listeners.append(listener)
+
+    def _submitted(self) -> None:
+        for listener in self._submit_listeners:
+            listener()
+
+    # --- tasks ------------------------------------------------------------------------------
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        backoff: float = 1.0,
+        backoff_max: float = 300.0,
+    ) -> Callable[[F], F]:
+        """Register ``fn(ctx, **params)`` (sync or async) as a task; jobs name it by ``name``
+        (default: the function's dotted path). ``backoff``/``backoff_max`` are seconds."""
+
+        def register(f: F) -> F:
+            self.registry.register(
+                f,
+                name=name,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                backoff=backoff,
+                backoff_max=backoff_max,
+            )
+            return f
+
+        return register
+
+    # --- jobs -------------------------------------------------------------------------------
+    def schedule(
+        self,
+        task_name: str,
+        params: dict[str, Any] | None = None,
+        cron: str | None = None,
+        at: datetime | str | None = None,
+        timezone: str = "UTC",
+        *,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        backoff: float | None = None,
+        backoff_max: float | None = None,
+        overlap: OverlapPolicy | str = OverlapPolicy.SKIP,
+        misfire: MisfirePolicy | str = MisfirePolicy.RUN_ONCE,
+        catchup_window: float = 3600.0,
+        priority: int = 0,
+        jitter: float = 0.0,
+        tenant: str = "default",
+    ) -> Job:
+        """Submit a job: ``cron`` for a recurring one, ``at`` for one run at a time, neither to run
+        now. Everything is validated first; on a ValidationError nothing is stored."""
+        task = self.registry.get(task_name)
+        retry = validate_retry(
+            max_attempts if max_attempts is not None else task.retry.max_attempts,
+            backoff if backoff is not None else task.retry.backoff_base,
+            backoff_max if backoff_max is not None else task.retry.backoff_cap,
+        )
+        new = NewJob(
+            task=task.name,
+            params=validate_params(params),
+            schedule=Schedule.parse(cron=cron, at=at, timezone=timezone),
+            retry=retry,
+            timeout=validate_timeout(timeout if timeout is not None else task.timeout),
+            overlap=_enum(OverlapPolicy, overlap, "overlap"),
+            misfire=_enum(MisfirePolicy, misfire, "misfire"),
+            catchup_window=_non_negative(catchup_window, "catchup_window"),
+            priority=validate_priority(priority),
+            jitter=_non_negative(jitter, "jitter"),
+            tenant=tenant,
+        )
+        job = self.store.job_create(new)
+        self._submitted()
+        return job
+
+    def get_job(self, job_id: str) -> Job:
+        job = self.store.job_get(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id!r} not found")
+        return job
+
+    def list_jobs(self, **filters: Any) -> list[Job]:
+        return self.store.job_list(**filters)
+
+    def list_executions(self, job_id: str, limit: int = 100) -> list[Execution]:
+        """The job's executions, newest fire time first, each with its attempts."""
+        self.get_job(job_id)
+        return self.store.execution_list(job_id, limit=limit)
+
+    def get_execution(self, execution_id: str) -> Execution:
+        execution = self.store.execution_get(execution_id)
+        if execution is None:
+            raise NotFoundError(f"execution {execution_id!r} not found")
+        return execution
+
+    def pause(self, job_id: str) -> Job:
+        return self.store.job_pause(job_id)
+
+    def resume(self, job_id: str) -> Job:
+        job = self.store.job_resume(job_id, self.settings.misfire_grace)
+        self._submitted()
+        return job
+
+    def cancel(self, job_id: str) -> Job:
+        return self.store.job_cancel(job_id)
+
+    def run_now(self, job_id: str) -> Execution:
+        execution = self.store.job_run_now(job_id)
+        self._submitted()
+        return execution
+
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        params: dict[str, Any] | None = None,
+        cron: str | None = None,
+        at: datetime | str | None = None,
+        timezone: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        backoff: float | None = None,
+        backoff_max: float | None = None,
+        overlap: OverlapPolicy | str | None = None,
+        misfire: MisfirePolicy | str | None = None,
+        priority: int | None = None,
+        jitter: float | None = None,
+    ) -> Job:
+        """Edit a job. A new schedule (``cron``/``at``, or a new ``timezone``) replaces the
+        not-yet-started scheduled runs; other edits apply to every run that starts afterwards."""
+        job = self.get_job(job_id)
+        schedule = None
+        if cron is not None or at is not None or timezone is not None:
+            tz = timezone or job.schedule.timezone
+            if cron is None and at is None:
+                cron, at = job.schedule.expression, job.schedule.at
+            schedule = Schedule.parse(cron=cron, at=at, timezone=tz)
+        retry = None
+        if max_attempts is not None or backoff is not None or backoff_max is not None:
+            retry = validate_retry(
+                max_attempts if max_attempts is not None else job.retry.max_attempts,
+                backoff if backoff is not None else job.retry.backoff_base,
+                backoff_max if backoff_max is not None else job.retry.backoff_cap,
+            )
+        changes = JobChanges(
+            params=validate_params(params) if params is not None else None,
+            schedule=schedule,
+            retry=retry,
+            timeout=validate_timeout(timeout),
+            overlap=_enum(OverlapPolicy, overlap, "overlap") if overlap is not None else None,
+            misfire=_enum(MisfirePolicy, misfire, "misfire") if misfire is not None else None,
+            priority=validate_priority(priority) if priority is not None else None,
+            jitter=_non_negative(jitter, "jitter") if jitter is not None else None,
+        )
+        updated = self.store.job_update(job_id, changes)
+        self._submitted()
+        return updated
+
+    def list_dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return self.store.dead_letter_list(limit=limit)
+
+    def replay_dead_letter(self, execution_id: str) -> Execution:
+        execution = self.store.dead_letter_replay(execution_id)
+        self._submitted()
+        return execution
+
+    def drop_dead_letter(self, execution_id: str) -> None:
+        self.store.dead_letter_drop(execution_id)
+
+    # --- async twins ------------------------------------------------------------------------
+    async def aschedule(self, task_name: str, **kwargs: Any) -> Job:
+        return await asyncio.to_thread(lambda: self.schedule(task_name, **kwargs))
+
+    async def aget_job(self, job_id: str) -> Job:
+        return await asyncio.to_thread(self.get_job, job_id)
+
+    async def alist_executions(self, job_id: str, limit: int = 100) -> list[Execution]:
+        return await asyncio.to_thread(self.list_executions, job_id, limit)
+
+    async def arun_now(self, job_id: str) -> Execution:
+        return await asyncio.to_thread(self.run_now, job_id)
+
+
+# --- validation of what a caller submits -------------------------------------------------------
+def validate_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    if params is None:
+        return {}
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise ValidationError("params", "must be a JSON object with string keys")
+    try:
+        size = len(json.dumps(params).encode())
+    except (TypeError, ValueError) as exc:
+        raise ValidationError("params", f"must be JSON-serializable ({exc})") from None
+    if size > MAX_PARAMS_BYTES:
+        raise ValidationError("params", f"is {size} bytes; the limit is {MAX_PARAMS_BYTES}")
+    return params
+
+
+def validate_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not timeout > 0:
+        raise ValidationError("timeout", "must be a positive number of seconds")
+    return timeout
+
+
+def validate_priority(priority: int) -> int:
+    if not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise ValidationError("priority", "must be an integer from -100 to 100")
+    return priority
+
+
+def _non_negative(value: float, field: str) -> float:
+    if not value >= 0:
+        raise ValidationError(field, "must be a non-negative number of seconds")
+    return float(value)
+
+
+E = TypeVar("E", OverlapPolicy, MisfirePolicy)
+
+
+def _enum(kind: type[E], value: E | str, field: str) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise ValidationError(field, f"{value!r} is not one of: {allowed}") from None

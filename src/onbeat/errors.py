@@ -1,0 +1,36 @@
+"""onbeat's exceptions: one base class, and one subclass per kind of failure a caller handles."""
+
+from __future__ import annotations
+
+
+class OnbeatError(Exception):
+    """Base class of every error onbeat raises on purpose."""
+
+
+class ValidationError(OnbeatError, ValueError):
+    """Bad input, refused before anything is stored.
+
+    ``field`` names the offending input (``"cron"``, ``"timezone"``, ``"task"``...), so an API can
+    point at it; the message says what is wrong with it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotFoundError(OnbeatError, LookupError):
+    """A job, execution or dead letter with that id does not exist (or is not visible to the caller)."""
+
+
+class ConflictError(OnbeatError):
+    """The request is valid but the resource's current state forbids it (e.g. resuming a cancelled job)."""
+
+
+class TaskNotFoundError(ValidationError):
+    """A job names a task that is not registered."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__("task", f"unknown task {name!r}: no task of that name is registered")
+        self.name = name

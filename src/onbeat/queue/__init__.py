@@ -1,0 +1,17 @@
+"""Delay queues: release each execution id at its due time. See ``base.DelayQueue``."""
+
+from __future__ import annotations
+
+from onbeat.clock import Clock
+from onbeat.queue.base import DelayQueue, QueueItem
+
+__all__ = ["DelayQueue", "QueueItem", "open_queue"]
+
+
+def open_queue(url: str, clock: Clock) -> DelayQueue:
+    """Pick the backend from the URL scheme: ``memory://`` (in-process)."""
+    if url.startswith("memory://"):
+        from onbeat.queue.memory import MemoryDelayQueue
+
+        return MemoryDelayQueue(clock)
+    raise ValueError(f"queue_url: unsupported scheme in {url!r} (expected memory://)")

@@ -1,0 +1,53 @@
+"""The DelayQueue seam: a precise timer and buffer in front of the store.
+
+The store is the source of truth; the queue only decides *when* an execution id is handed to a
+worker. Anything a queue loses, the scheduler's sweep finds again in the store, so a backend may
+lose data (Redis restarted without persistence) without losing runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    execution_id: str
+    due_at: datetime
+    priority: int = 0
+    """Higher is more urgent: among due items, higher tiers are released first."""
+
+
+class DelayQueue(Protocol):
+    async def enqueue(self, items: Sequence[QueueItem]) -> None:
+        """Add items; idempotent on ``execution_id`` (one copy is kept, with the newest due_at/priority)."""
+        ...
+
+    async def claim_due(self, limit: int) -> list[str]:
+        """Atomically remove and return up to ``limit`` ids whose due time has come.
+
+        Highest priority first, then earliest ``due_at``. An id is returned to one caller only.
+        """
+        ...
+
+    async def remove(self, execution_ids: Sequence[str]) -> None:
+        """Drop ids if present (e.g. the execution was cancelled)."""
+        ...
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest due time waiting, or None when empty."""
+        ...
+
+    async def wait(self, timeout: float) -> None:
+        """Return once an item may be due (the earliest due time came, or new items arrived),
+        or after ``timeout`` seconds, whichever is first. Lets workers sleep exactly."""
+        ...
+
+    async def size(self) -> int:
+        """Number of ids waiting, due or not."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,17 @@
+"""Stores: the source of truth. See ``base.Store``; backends sit side by side in this package."""
+
+from __future__ import annotations
+
+from onbeat.clock import Clock
+from onbeat.store.base import Store
+
+__all__ = ["Store", "open_store"]
+
+
+def open_store(url: str, clock: Clock, shard_count: int = 16) -> Store:
+    """Pick the backend from the URL scheme: ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``."""
+    if url.startswith("sqlite:///"):
+        from onbeat.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url.removeprefix("sqlite:///"), clock, shard_count)
+    raise ValueError(f"database_url: unsupported scheme in {url!r} (expected sqlite:///PATH)")

@@ -1,0 +1,238 @@
+"""The Store seam: the source of truth, one interface for every backend.
+
+Methods are grouped by the role that calls them (API, scheduler, worker) and named noun first
+(``execution_claim``). Every method is one transaction. Time-dependent conditions (due, lease
+expiry) use the *store's* clock, never the caller's, so node clock skew cannot fire a run early
+or expire a healthy lease. Hot-path methods take and return batches.
+
+Methods are synchronous: database drivers release the GIL, and the async services call them through
+``asyncio.to_thread``, a handful of times per batch rather than per execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from onbeat.model import (
+    DeadLetter,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    MisfirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+)
+from onbeat.queue.base import QueueItem
+from onbeat.schedule import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    task: str
+    params: dict[str, Any]
+    schedule: Schedule
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: float | None = None
+    overlap: OverlapPolicy = OverlapPolicy.SKIP
+    misfire: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    catchup_window: float = 3600.0
+    priority: int = 0
+    jitter: float = 0.0
+    tenant: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class JobChanges:
+    """Fields of a job to edit; None leaves a field as it is."""
+
+    params: dict[str, Any] | None = None
+    schedule: Schedule | None = None
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    overlap: OverlapPolicy | None = None
+    misfire: MisfirePolicy | None = None
+    priority: int | None = None
+    jitter: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLeases:
+    """The shards one scheduler holds, each with the epoch its writes are fenced by."""
+
+    owner: str
+    epochs: Mapping[int, int]
+    """shard -> epoch of this owner's lease on it."""
+    acquired: frozenset[int]
+    """Shards newly taken in this call (their queued executions may be missing from the queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """An execution a worker now holds, with what it needs to run it."""
+
+    execution: Execution
+    task: str
+    params: dict[str, Any]
+    timeout: float | None
+    retry: RetryPolicy
+    replaced: tuple[str, ...] = ()
+    """Running executions of the same job cancelled by the ``replace`` overlap policy."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    started: list[ClaimedRun]
+    not_due: list[QueueItem]
+    """Released by the queue before the store's clock says they are due: enqueue them again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    execution_id: str
+    fencing_token: int
+    succeeded: bool
+    result: Any = None
+    error: str | None = None
+    timed_out: bool = False
+    retry_in: float | None = None
+    """Seconds until the next attempt after a failure; None dead-letters the execution."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchParams:
+    leases: ShardLeases
+    window: float
+    """Seconds ahead of now to hand executions to the delay queue."""
+    misfire_grace: float
+    limit: int
+
+
+class Store(Protocol):
+    shard_count: int
+
+    def close(self) -> None: ...
+
+    def now(self) -> datetime:
+        """The store's clock (the database server's time where it has one)."""
+        ...
+
+    # --- API role -------------------------------------------------------------------------
+    def job_create(self, new: NewJob) -> Job:
+        """Insert the job and its first execution in one transaction."""
+        ...
+
+    def job_get(self, job_id: str) -> Job | None: ...
+
+    def job_list(
+        self,
+        *,
+        tenant: str | None = None,
+        status: JobStatus | None = None,
+        task: str | None = None,
+        after_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs in id order (which is creation order), starting after ``after_id``."""
+        ...
+
+    def job_update(self, job_id: str, changes: JobChanges) -> Job:
+        """Edit a job. A new schedule cancels its not-yet-started schedule executions and plans the
+        first fire of the new one; other fields apply to every run that starts afterwards."""
+        ...
+
+    def job_pause(self, job_id: str) -> Job:
+        """Stop dispatching the job's runs; pending executions wait, running ones finish."""
+        ...
+
+    def job_resume(self, job_id: str, misfire_grace: float) -> Job:
+        """Dispatch again. A cron run whose time passed while paused is skipped (recorded) and the
+        next future fire is planned; a one-shot run still pending runs now."""
+        ...
+
+    def job_cancel(self, job_id: str) -> Job:
+        """Make the job inactive for good; its pending executions are cancelled."""
+        ...
+
+    def job_run_now(self, job_id: str) -> Execution:
+        """A ``manual`` execution due now, subject to the job's overlap policy when it starts."""
+        ...
+
+    def execution_get(self, execution_id: str) -> Execution | None:
+        """The execution with its per-attempt history."""
+        ...
+
+    def execution_list(
+        self,
+        job_id: str,
+        *,
+        status: ExecutionStatus | None = None,
+        before_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Execution]:
+        """A job's executions, newest fire time first, with their attempts."""
+        ...
+
+    def dead_letter_list(
+        self, *, tenant: str | None = None, after_id: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]: ...
+
+    def dead_letter_replay(self, execution_id: str) -> Execution:
+        """Put a dead-lettered execution back to run now with a fresh set of attempts."""
+        ...
+
+    def dead_letter_drop(self, execution_id: str) -> None: ...
+
+    # --- scheduler role -------------------------------------------------------------------
+    def shard_acquire(self, owner: str, lease_ttl: float) -> ShardLeases:
+        """Register ``owner`` as alive, renew its leases, take free or expired shards up to its fair
+        share (shards / live schedulers) and release any above it. A taken shard's epoch grows."""
+        ...
+
+    def shard_release(self, owner: str) -> None: ...
+
+    def execution_dispatch(self, params: DispatchParams) -> list[QueueItem]:
+        """Move executions due within the window in the held shards from scheduled to queued,
+        applying misfire policies and materialising each cron job's next execution in the same
+        transaction. Returns what to put in the delay queue. Writes are fenced by shard epoch."""
+        ...
+
+    def execution_sweep(
+        self, leases: ShardLeases, shards: Sequence[int], overdue_by: float | None, limit: int
+    ) -> list[QueueItem]:
+        """Queued executions due more than ``overdue_by`` seconds ago (None: every queued one) that
+        no worker started: the queue may have lost them, so they are handed back for enqueueing
+        (idempotently). Used periodically, and on shards just taken over from another scheduler."""
+        ...
+
+    def execution_reap(self, leases: ShardLeases, limit: int) -> list[Execution]:
+        """Running executions whose lease expired: their worker died or stalled. Each becomes a
+        retry (the lost attempt counts) or, past its last attempt, a dead letter."""
+        ...
+
+    # --- worker role ----------------------------------------------------------------------
+    def execution_claim(
+        self, execution_ids: Sequence[str], owner: str, lease_ttl: float
+    ) -> ClaimResult:
+        """Flip queued executions to running with a lease and a new fencing token, applying the
+        overlap policy. Executions that are cancelled, paused, already running or stale are not
+        started; executions not yet due by the store's clock are handed back."""
+        ...
+
+    def execution_heartbeat(self, owner: str, lease_ttl: float) -> dict[str, int]:
+        """Extend every lease ``owner`` holds, in one statement; returns id -> fencing token of the
+        leases still held. A run missing from the answer was taken away (fenced)."""
+        ...
+
+    def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:
+        """Record outcomes, each only if its fencing token is still current; returns the ids
+        accepted. A rejected completion is a stale result and must not be retried."""
+        ...
+
+    def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
+        """Give back runs a stopping worker did not finish (id -> fencing token): they are due
+        again at once and the interrupted attempt does not count."""
+        ...

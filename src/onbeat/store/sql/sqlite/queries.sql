@@ -1,0 +1,234 @@
+-- SQLite statements of SQLiteStore, by name. Times are integer microseconds (UTC).
+-- Lists of ids travel as one JSON array parameter, read with json_each().
+
+-- name: job_insert
+INSERT INTO jobs (id, tenant, task, params, schedule_kind, schedule_expression, schedule_at,
+                  timezone, max_attempts, backoff_base, backoff_cap, timeout, overlap, misfire,
+                  catchup_window, priority, jitter, status, next_fire_at, shard, created_at,
+                  updated_at)
+VALUES (:id, :tenant, :task, :params, :schedule_kind, :schedule_expression, :schedule_at,
+        :timezone, :max_attempts, :backoff_base, :backoff_cap, :timeout, :overlap, :misfire,
+        :catchup_window, :priority, :jitter, :status, :next_fire_at, :shard, :now, :now);
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: job_list
+-- Keyset page in id (creation) order; a NULL filter matches everything.
+SELECT * FROM jobs
+WHERE (:tenant IS NULL OR tenant = :tenant)
+  AND (:status IS NULL OR status = :status)
+  AND (:task IS NULL OR task = :task)
+  AND id > :after_id
+ORDER BY id
+LIMIT :limit;
+
+-- name: job_update
+UPDATE jobs
+SET params = :params, schedule_kind = :schedule_kind, schedule_expression = :schedule_expression,
+    schedule_at = :schedule_at, timezone = :timezone, max_attempts = :max_attempts,
+    backoff_base = :backoff_base, backoff_cap = :backoff_cap, timeout = :timeout,
+    overlap = :overlap, misfire = :misfire, priority = :priority, jitter = :jitter,
+    status = :status, next_fire_at = :next_fire_at, updated_at = :now
+WHERE id = :id;
+
+-- name: job_set_next_fire
+UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
+
+-- name: job_complete_one_shot
+-- A now/once job is done when its scheduled run reached a final state.
+UPDATE jobs SET status = 'completed', updated_at = :now
+WHERE id = :id AND schedule_kind != 'cron' AND status = 'active';
+
+-- name: execution_insert
+-- Idempotent on (job_id, scheduled_for, trigger): two schedulers planning the same fire insert one row.
+INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,
+                        reason, created_at, finished_at)
+VALUES (:id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
+        :reason, :now, CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END)
+ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING
+RETURNING id;
+
+-- name: execution_get
+SELECT * FROM executions WHERE id = :id;
+
+-- name: execution_list
+SELECT * FROM executions
+WHERE job_id = :job_id
+  AND (:status IS NULL OR status = :status)
+  AND (:before_scheduled_for IS NULL OR (scheduled_for, id) < (:before_scheduled_for, :before_id))
+ORDER BY scheduled_for DESC, id DESC
+LIMIT :limit;
+
+-- name: attempts_of
+SELECT * FROM attempts WHERE execution_id IN (SELECT value FROM json_each(:ids))
+ORDER BY started_at, fencing_token;
+
+-- name: executions_cancel_pending
+-- Tombstone a job's runs that have not started (cancel, or a schedule edit for schedule runs).
+UPDATE executions
+SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1
+WHERE job_id = :job_id AND status IN ('scheduled', 'queued')
+  AND (:trigger IS NULL OR (trigger = :trigger AND attempt = 0));
+
+-- name: executions_pending_of_job
+SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+
+-- name: execution_dispatch_candidates
+-- Pending runs of active jobs due within the window, in the held shards: a range read on
+-- executions_dispatch per shard.
+SELECT e.id, e.job_id, e.trigger, e.scheduled_for, e.due_at, e.attempt, e.shard,
+       j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
+       j.timezone, j.misfire, j.catchup_window, j.jitter
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard IN (SELECT value FROM json_each(:shards))
+  AND e.status = 'scheduled'
+  AND e.due_at <= :horizon
+  AND j.status IN ('active', 'completed')
+ORDER BY e.due_at
+LIMIT :limit;
+
+-- name: execution_mark_queued
+UPDATE executions SET status = 'queued' WHERE id = :id AND status = 'scheduled';
+
+-- name: execution_mark_skipped
+UPDATE executions SET status = 'skipped', reason = :reason, finished_at = :now
+WHERE id = :id AND status IN ('scheduled', 'queued');
+
+-- name: execution_sweep
+SELECT e.id, e.due_at, j.priority
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard IN (SELECT value FROM json_each(:shards))
+  AND e.status = 'queued' AND e.due_at < :before
+ORDER BY e.due_at
+LIMIT :limit;
+
+-- name: execution_expired_leases
+SELECT e.id, e.job_id, e.trigger, e.attempt, e.fencing_token, e.shard,
+       j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.status = 'running' AND e.lease_expires_at < :now
+  AND e.shard IN (SELECT value FROM json_each(:shards))
+LIMIT :limit;
+
+-- name: execution_claim_candidates
+SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
+       j.overlap, j.status AS job_status
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.id IN (SELECT value FROM json_each(:ids));
+
+-- name: execution_running_of_jobs
+SELECT id, job_id FROM executions
+WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: execution_start
+UPDATE executions
+SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+    lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
+WHERE id = :id AND status = 'queued'
+RETURNING *;
+
+-- name: attempt_insert
+INSERT INTO attempts (execution_id, attempt, worker, fencing_token, started_at, outcome)
+VALUES (:id, :attempt, :owner, :fencing_token, :now, 'running');
+
+-- name: attempt_finish
+UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
+WHERE execution_id = :id AND fencing_token = :fencing_token;
+
+-- name: execution_defer
+-- Not started now: held for a paused job, or waiting for a running predecessor (overlap=queue).
+UPDATE executions SET status = 'scheduled', due_at = :due_at, reason = :reason
+WHERE id = :id AND status = 'queued';
+
+-- name: execution_replace
+-- overlap=replace: the running predecessor is cancelled and its token bumped, fencing its writes.
+UPDATE executions
+SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE id = :id AND status = 'running'
+RETURNING id, fencing_token - 1 AS fencing_token;
+
+-- name: execution_heartbeat
+UPDATE executions SET lease_expires_at = :lease_expires_at
+WHERE lease_owner = :owner AND status = 'running'
+RETURNING id, fencing_token;
+
+-- name: execution_current_tokens
+SELECT e.id, e.job_id, e.trigger, e.fencing_token, e.status, e.attempt, j.status AS job_status,
+       j.tenant
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.id IN (SELECT value FROM json_each(:ids));
+
+-- name: execution_finish
+-- Every terminal or retry transition of a running execution; the caller checked its token.
+UPDATE executions
+SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last_error = :error,
+    reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN :status IN ('scheduled', 'queued') THEN NULL ELSE :now END,
+    attempt = attempt - :uncount_attempt
+WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
+
+-- name: dead_letter_insert
+INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at)
+VALUES (:id, :job_id, :tenant, :attempts, :error, :now)
+ON CONFLICT (execution_id) DO UPDATE
+SET attempts = excluded.attempts, last_error = excluded.last_error, created_at = excluded.created_at;
+
+-- name: dead_letter_list
+SELECT d.*, j.task, j.params FROM dead_letters d JOIN jobs j ON j.id = d.job_id
+WHERE (:tenant IS NULL OR d.tenant = :tenant) AND d.execution_id > :after_id
+ORDER BY d.execution_id
+LIMIT :limit;
+
+-- name: dead_letter_delete
+DELETE FROM dead_letters WHERE execution_id = :id;
+
+-- name: execution_replay
+UPDATE executions
+SET status = 'scheduled', due_at = :now, attempt = 0, last_error = NULL, finished_at = NULL,
+    reason = 'replayed from the dead-letter table'
+WHERE id = :id AND status = 'failed';
+
+-- name: shard_init
+INSERT OR IGNORE INTO shard_leases (shard) VALUES (:shard);
+
+-- name: shard_count
+SELECT count(*) FROM shard_leases;
+
+-- name: scheduler_register
+INSERT INTO schedulers (owner, last_seen) VALUES (:owner, :now)
+ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen;
+
+-- name: scheduler_forget_dead
+DELETE FROM schedulers WHERE last_seen < :dead_before;
+
+-- name: scheduler_live_count
+SELECT count(*) FROM schedulers;
+
+-- name: shard_renew
+UPDATE shard_leases SET lease_expires_at = :lease_expires_at
+WHERE owner = :owner AND lease_expires_at > :now
+RETURNING shard, epoch;
+
+-- name: shard_take
+-- Free or expired shards, up to :wanted; taking one bumps its epoch, fencing the previous owner.
+UPDATE shard_leases
+SET owner = :owner, lease_expires_at = :lease_expires_at, epoch = epoch + 1
+WHERE shard IN (SELECT shard FROM shard_leases
+                WHERE owner IS NULL OR lease_expires_at <= :now
+                ORDER BY shard LIMIT :wanted)
+RETURNING shard, epoch;
+
+-- name: shard_give_up
+UPDATE shard_leases SET owner = NULL, lease_expires_at = 0
+WHERE owner = :owner AND shard IN (SELECT value FROM json_each(:shards));
+
+-- name: shard_release
+UPDATE shard_leases SET owner = NULL, lease_expires_at = 0 WHERE owner = :owner;
+
+-- name: scheduler_unregister
+DELETE FROM schedulers WHERE owner = :owner;
+
+-- name: shard_held
+SELECT shard, epoch FROM shard_leases WHERE owner = :owner AND lease_expires_at > :now;
