@@ -204,10 +204,10 @@ class Schedule:
 # Input validation
 
 
-def _show(value: object) -> str:
+def _show(value: object, limit: int = _SHOWN) -> str:
     """``repr`` of user input, shortened so an error message never echoes a huge string."""
     text = repr(value)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _require_aware(value: datetime, name: str) -> None:
@@ -348,10 +348,13 @@ class _BadField(Exception):
 
 def _value(field: _Field, text: str) -> int:
     if text.isascii() and text.isdigit():
-        value = int(text)
-        if not field.low <= value <= field.high:
-            raise _BadField(f"{field.name} value {value} out of range {field.low}-{field.high}")
-        return value
+        if len(text) > 12:
+            shown = text[:12] + "..."
+        elif not field.low <= (value := int(text)) <= field.high:
+            shown = str(value)
+        else:
+            return value
+        raise _BadField(f"{field.name} value {shown} out of range {field.low}-{field.high}")
     if text.upper() in field.names:
         return field.names[text.upper()]
     if not text:
@@ -364,7 +367,7 @@ def _value(field: _Field, text: str) -> int:
     hint = ""
     if any(ch in text.upper() for ch in "LW#?H"):
         hint = " (the non-standard L, W, #, ? and H forms are not supported)"
-    raise _BadField(f"{field.name} value {_show(text)} is not {expected}{hint}")
+    raise _BadField(f"{field.name} value {_show(text, 30)} is not {expected}{hint}")
 
 
 def _parse_field(field: _Field, text: str) -> frozenset[int]:
@@ -372,7 +375,7 @@ def _parse_field(field: _Field, text: str) -> frozenset[int]:
     values: set[int] = set()
     for item in text.split(","):
         if not item:
-            raise _BadField(f"{field.name} field {_show(text)} has an empty list item")
+            raise _BadField(f"{field.name} field {_show(text, 30)} has an empty list item")
         base, slash, step_text = item.partition("/")
         if base == "*":
             low, high = field.low, field.high
@@ -381,7 +384,7 @@ def _parse_field(field: _Field, text: str) -> frozenset[int]:
             low, high = _value(field, start_text), _value(field, end_text)
             if low > high:
                 raise _BadField(
-                    f"{field.name} range {_show(base)} is backwards: {low} comes after {high}"
+                    f"{field.name} range {_show(base, 30)} is backwards: {low} comes after {high}"
                 )
         else:
             low = _value(field, base)
@@ -390,10 +393,11 @@ def _parse_field(field: _Field, text: str) -> frozenset[int]:
         if slash:
             span = field.high - field.low + 1
             if not (step_text.isascii() and step_text.isdigit()):
-                raise _BadField(f"{field.name} step {_show(step_text)} is not a number")
-            step = int(step_text)
+                raise _BadField(f"{field.name} step {_show(step_text, 30)} is not a number")
+            step = int(step_text) if len(step_text) <= 4 else 0
             if not 1 <= step <= span:
-                raise _BadField(f"{field.name} step {step} out of range 1-{span}")
+                shown = step_text if len(step_text) <= 4 else step_text[:4] + "..."
+                raise _BadField(f"{field.name} step {shown} out of range 1-{span}")
         values.update(range(low, high + 1, step))
     return frozenset(values)
 

@@ -1,0 +1,143 @@
+"""kill -9 the embedded node with runs due and in flight, restart it, and prove every run happened.
+
+Real processes, a real SQLite file, and a ledger the task writes itself (independent of the store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onbeat import App, ExecutionStatus, OverlapPolicy
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    yield {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "ONBEAT_DATABASE_URL": f"sqlite:///{tmp_path / 'onbeat.db'}",
+        "ONBEAT_TEST_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "ONBEAT_LEASE_TTL": "2",
+        "ONBEAT_HEARTBEAT_INTERVAL": "0.5",
+        "ONBEAT_SHARD_LEASE_TTL": "2",
+        "ONBEAT_SHARD_RENEW_INTERVAL": "0.5",
+        "ONBEAT_SWEEP_INTERVAL": "1",
+        "ONBEAT_SWEEP_OVERDUE": "3",
+        "ONBEAT_LOG_LEVEL": "WARNING",
+    }
+
+
+def start_node(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "onbeat", "up", "--app", "tests.e2e.ledger_app:app"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_crash_recovery__kill_9_loses_no_run(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = Path(env["ONBEAT_TEST_LEDGER"])
+    log = tmp_path / "node.log"
+    first = start_node(env, log)
+    # Submit from this process, as a separate script would: same database file, no node here.
+    monkeypatch.setenv("ONBEAT_TEST_LEDGER", str(ledger))
+    client = App(env["ONBEAT_DATABASE_URL"])
+    client.task(name="work")(lambda ctx, duration=0.3: None)
+    now = datetime.now(UTC)
+    one_shots = [
+        client.schedule("work", {"duration": 0.4}, at=now + timedelta(seconds=0.5 + i * 0.02))
+        for i in range(300)
+    ]
+    cron = client.schedule(
+        "work", {"duration": 0.2}, cron="* * * * * *", overlap=OverlapPolicy.ALLOW
+    )
+
+    wait_until(lambda: sum(e["event"] == "start" for e in read_ledger(ledger)) >= 60, 30, "runs")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    at_kill = read_ledger(ledger)
+    ended = {e["execution_id"] for e in at_kill if e["event"] == "end"}
+    in_flight = {e["execution_id"] for e in at_kill if e["event"] == "start"} - ended
+    assert in_flight, "the kill should hit runs in flight"
+    killed_at = datetime.now(UTC)
+
+    second = start_node(env, log)
+    cutoff = killed_at + timedelta(seconds=4)
+
+    def all_final() -> bool:
+        if datetime.now(UTC) < cutoff + timedelta(seconds=1):
+            return False
+        pending_one_shots = [
+            j for j in one_shots if not client.list_executions(j.id)[0].status.is_final
+        ]
+        cron_runs = client.list_executions(cron.id, limit=1000)
+        pending_cron = [e for e in cron_runs if e.scheduled_for <= cutoff and not e.status.is_final]
+        return not pending_one_shots and not pending_cron
+
+    wait_until(all_final, 60, "every run to finish after the restart")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=30) == 0, log.read_text()[-3000:]
+
+    entries = read_ledger(ledger)
+    ends = Counter(e["execution_id"] for e in entries if e["event"] == "end")
+    # Expected runs, computed without the product's cron engine: every whole second in the window.
+    first_second = cron.created_at.replace(microsecond=0) + timedelta(seconds=1)
+    expected_cron_seconds = {
+        first_second + timedelta(seconds=i)
+        for i in range(int((cutoff - first_second).total_seconds()) + 1)
+    }
+    cron_by_fire = {
+        e.scheduled_for: e
+        for e in client.list_executions(cron.id, limit=1000)
+        if e.trigger == "schedule"
+    }
+    lost = [
+        s for s in expected_cron_seconds if s not in cron_by_fire or ends[cron_by_fire[s].id] == 0
+    ]
+    for job in one_shots:
+        [execution] = client.list_executions(job.id)
+        if ends[execution.id] == 0:
+            lost.append(execution.scheduled_for)
+        assert execution.status is ExecutionStatus.SUCCEEDED
+    duplicates = {eid: n for eid, n in ends.items() if n > 1}
+    print(
+        f"\ncrash recovery: runs expected={len(one_shots) + len(expected_cron_seconds)} "
+        f"lost={len(lost)} in_flight_at_kill={len(in_flight)} duplicates={len(duplicates)}"
+    )
+    assert lost == []
+    # A duplicate can only be a run the killed process had started and not finished.
+    assert set(duplicates) <= in_flight
