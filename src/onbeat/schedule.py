@@ -171,7 +171,7 @@ class Schedule:
         _require_aware(after, "after")
         if self.kind is not ScheduleKind.CRON:
             return None
-        found = self._compiled().next_after(_naive_utc(after))
+        found = self._compiled().next_after(after)
         return None if found is None else found[0].replace(tzinfo=UTC)
 
     def fire_times(self, after: datetime, count: int) -> list[FireTime]:
@@ -185,14 +185,14 @@ class Schedule:
             assert self.at is not None
             return [FireTime(self.at)] if self.at > after else []
         compiled = self._compiled()
-        cursor = _naive_utc(after)
+        cursor = after
         out: list[FireTime] = []
         while len(out) < count:
             found = compiled.next_after(cursor)
             if found is None:
                 break
-            cursor, dst = found
-            out.append(FireTime(cursor.replace(tzinfo=UTC), dst))
+            cursor = found[0].replace(tzinfo=UTC)
+            out.append(FireTime(cursor, found[1]))
         return out
 
     def _compiled(self) -> _CompiledCron:
@@ -213,10 +213,6 @@ def _show(value: object, limit: int = _SHOWN) -> str:
 def _require_aware(value: datetime, name: str) -> None:
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
-
-
-def _naive_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC).replace(tzinfo=None)
 
 
 def _coerce_at(value: object) -> datetime:
@@ -370,9 +366,11 @@ def _value(field: _Field, text: str) -> int:
     raise _BadField(f"{field.name} value {_show(text, 30)} is not {expected}{hint}")
 
 
-def _parse_field(field: _Field, text: str) -> frozenset[int]:
-    """The values a field matches; _BadField with a precise message if it is malformed."""
+def _parse_field(field: _Field, text: str) -> tuple[frozenset[int], str]:
+    """The values a field matches, and the field's text as cronsim should get it; _BadField with
+    a precise message if it is malformed."""
     values: set[int] = set()
+    items: list[str] = []
     for item in text.split(","):
         if not item:
             raise _BadField(f"{field.name} field {_show(text, 30)} has an empty list item")
@@ -398,12 +396,18 @@ def _parse_field(field: _Field, text: str) -> frozenset[int]:
             if not 1 <= step <= span:
                 shown = step_text if len(step_text) <= 4 else step_text[:4] + "..."
                 raise _BadField(f"{field.name} step {shown} out of range 1-{span}")
+        if slash and "-" in base and low == high:
+            # cronsim 2.8 reads a one-value range with a step ("5-5/10") like "5/10" (5, 15,
+            # 25...); it means just 5.
+            item = str(low)
+        items.append(item)
         values.update(range(low, high + 1, step))
-    return frozenset(values)
+    return frozenset(values), ",".join(items)
 
 
 def _parse_cron(expression: str) -> tuple[str, list[frozenset[int]]]:
-    """Check the syntax; return the 5- or 6-field text for cronsim and each field's value set."""
+    """Check the syntax; return the text for cronsim and the value sets of the six fields
+    (second minute hour day-of-month month day-of-week; day-of-week 7 folded into 0)."""
     if len(expression) > MAX_CRON_LENGTH:
         raise ValidationError(
             "cron",
@@ -429,9 +433,13 @@ def _parse_cron(expression: str) -> tuple[str, list[frozenset[int]]]:
         )
     fields = _FIVE if len(parts) == 5 else _SIX
     try:
-        sets = [_parse_field(field, part) for field, part in zip(fields, parts, strict=True)]
+        parsed = [_parse_field(field, part) for field, part in zip(fields, parts, strict=True)]
     except _BadField as exc:
         raise bad(str(exc)) from None
+    sets = [values for values, _ in parsed]
+    if len(sets) == 5:
+        sets.insert(0, frozenset({0}))
+    sets[-1] = frozenset(day % 7 for day in sets[-1])
     dom_text, dow_text = parts[-3], parts[-1]
     days, months = sets[-3], sets[-2]
     if (dom_text.startswith("*") or dow_text.startswith("*")) and min(days) > max(
@@ -439,7 +447,7 @@ def _parse_cron(expression: str) -> tuple[str, list[frozenset[int]]]:
     ):
         month_names = " or ".join(_MONTH_FULL_NAMES[m - 1] for m in sorted(months))
         raise bad(f"it can never fire: day-of-month {dom_text} never occurs in {month_names}")
-    return " ".join(parts), sets
+    return " ".join(text for _, text in parsed), sets
 
 
 @functools.lru_cache(maxsize=1024)
@@ -456,7 +464,14 @@ def _compile(expression: str, timezone: str) -> _CompiledCron:
         raise ValidationError(
             "cron", f"invalid expression {_show(expression)}: it can never fire"
         ) from None
-    every_hour = sets[-4] == frozenset(range(24))
+    theirs = [template.seconds, template.minutes, template.hours, template.days, template.months]
+    weekdays = {day % 7 for day in template.weekdays if isinstance(day, int)}
+    if [*theirs, weekdays] != sets:
+        # A reading of the expression cronsim does not share: refuse rather than misfire.
+        raise ValidationError(
+            "cron", f"invalid expression {_show(expression)}: ambiguous field syntax"
+        )
+    every_hour = sets[2] == frozenset(range(24))
     fixed_offset = timezone in ("UTC", "Etc/UTC")
     return _CompiledCron(template, None if fixed_offset else zone, every_hour)
 
@@ -493,9 +508,9 @@ class _CompiledCron:
         return _restart(self._template, wall)
 
     def next_after(self, after: datetime) -> tuple[datetime, DstFlag] | None:
-        """The next fire strictly after ``after`` (naive UTC), with its DST flag."""
+        """The next fire strictly after ``after`` (aware), as naive UTC, with its DST flag."""
         try:
-            return self._next_after(after)
+            return self._next_after(after.astimezone(UTC).replace(tzinfo=None))
         except OverflowError:  # near datetime.max
             return None
 
@@ -535,9 +550,11 @@ class _CompiledCron:
         return found
 
     def _scan(self, start: datetime, after: datetime) -> tuple[datetime, DstFlag] | None:
-        """The earliest fire after ``after`` among wall times matching after ``start``. Instants
-        grow with wall time (a repeated hour's second pass aside, handled by the caller and here:
-        its instants come right after the first pass's), so the first candidate found is the one."""
+        """The first fire after ``after`` among the wall times matching after ``start``.
+
+        Instants grow with wall time, except that a repeated hour's second pass comes after the
+        first pass's later wall times; the caller picks ``start`` (and handles that second pass
+        when ``after`` is inside the first) so that the first candidate found is the earliest."""
         for wall in self._matches_after(start):
             before, later = self._offsets(wall)
             if before == later:

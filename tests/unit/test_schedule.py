@@ -248,6 +248,9 @@ def test_cron__macro_is_evaluated_in_the_zone() -> None:
         ("0 0 1-3,15 * *", utc(2026, 1, 2, 1), [utc(2026, 1, 3), utc(2026, 1, 15)]),
         ("0 0 */10 * *", utc(2026, 1, 25), [utc(2026, 1, 31), utc(2026, 2, 1)]),
         ("0 0 1 */4 *", utc(2026, 1, 25), [utc(2026, 5, 1), utc(2026, 9, 1)]),
+        # a one-value range with a step is that one value (cronsim 2.8 alone reads it as 5/10)
+        ("5-5/10 * * * *", utc(2026, 1, 1), [utc(2026, 1, 1, 0, 5), utc(2026, 1, 1, 1, 5)]),
+        ("0 0 * * MON-MON/2", utc(2026, 1, 1), [utc(2026, 1, 5), utc(2026, 1, 12)]),
         # Feb 29 only in leap years
         ("0 0 29 2 *", utc(2026, 1, 1), [utc(2028, 2, 29), utc(2032, 2, 29)]),
         # both day fields restricted: either matches (the 13th, or a Friday)

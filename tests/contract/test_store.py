@@ -1,0 +1,55 @@
+"""Runs the ``Store`` contract suite against every backend.
+
+A new backend is one more ``store_factory`` param (and its URL, or its own factory); the tests
+themselves live in ``onbeat.testing.store_contract`` and are never copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from onbeat.store import Store, open_store
+from onbeat.testing.clock import FakeClock
+from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+
+_STORE_URLS = {"sqlite": "sqlite:///{directory}/onbeat.db"}
+"""Per backend, the URL of a fresh store; ``{directory}`` is an empty directory of the test's."""
+
+
+def _url_factory(backend: str) -> StoreFactory:
+    @contextmanager
+    def open_fresh(directory: Path, clock: FakeClock) -> Iterator[Store]:
+        store = open_store(
+            _STORE_URLS[backend].format(directory=directory), clock, shard_count=SHARD_COUNT
+        )
+        try:
+            yield store
+        finally:
+            store.close()
+
+    return open_fresh
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=[pytest.param("sqlite", id="sqlite")])
+def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
+    backend: str = request.param
+    return _url_factory(backend)
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    with store_factory(tmp_path, clock) as fresh:
+        yield fresh
+
+
+class TestStore(StoreContract):
+    pass
