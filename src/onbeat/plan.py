@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,9 +20,22 @@ MAX_MISSED_RECORDED = 100_000
 """Bound on the fire times one dispatch walks through after a long outage (every-second cron, days down)."""
 
 
+_id_lock = threading.Lock()
+_last_id = (0, 0)
+
+
 def new_id() -> str:
-    """32 hex chars that sort by creation time (48-bit ms timestamp + 80 random bits), for keyset pages."""
-    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"[:32]
+    """32 hex chars that sort by creation time: a 48-bit ms timestamp + 80 random bits, where ids
+    made in the same millisecond by this process count up from the first (monotonic ULID), so
+    keyset pages list jobs in creation order."""
+    global _last_id
+    with _id_lock:
+        ms, tail = time.time_ns() // 1_000_000, int.from_bytes(os.urandom(10))
+        last_ms, last_tail = _last_id
+        if ms <= last_ms:
+            ms, tail = last_ms, last_tail + 1
+        _last_id = (ms, tail)
+    return f"{ms:012x}{tail % 2**80:020x}"
 
 
 def shard_of(job_id: str, shard_count: int) -> int:
@@ -91,6 +105,7 @@ def plan_dispatch(
     catchup_window: float,
     jitter: float,
     scheduled_for: datetime,
+    due_at: datetime,
     first_dispatch: bool,
     materialize_next: bool,
     now: datetime,
@@ -99,14 +114,15 @@ def plan_dispatch(
 ) -> DispatchPlan:
     """Decide the fate of an execution picked for dispatch, and of the fire times after it.
 
-    A fire time is *missed* when it is more than ``misfire_grace`` seconds in the past: no scheduler
-    was running to dispatch it. Only a run's ``first_dispatch`` can be a misfire: a retry or a
-    run waiting for its predecessor is late on purpose. Fire times up to ``now + window`` are dispatched in the same pass, so
+    A run is *missed* when it is first dispatched more than ``misfire_grace`` seconds after its
+    ``due_at``: no scheduler was running to dispatch it. Lateness is measured from ``due_at``, which
+    a release, a replay, a resume or an overlap wait moves to "now": those runs are late on purpose.
+    Only a scheduled run's ``first_dispatch`` (not a retry, not a manual run) can be a misfire. Fire times up to ``now + window`` are dispatched in the same pass, so
     an every-second cron never waits for the next pass.
     """
     grace_line = now - timedelta(seconds=misfire_grace)
     catchup_line = now - timedelta(seconds=catchup_window)
-    current_missed = first_dispatch and scheduled_for < grace_line
+    current_missed = first_dispatch and due_at < grace_line
 
     def missed_reason(fire: datetime) -> str:
         late = (now - fire).total_seconds()
@@ -117,7 +133,7 @@ def plan_dispatch(
         misfire is MisfirePolicy.SKIP
         or (misfire is MisfirePolicy.RUN_ALL and scheduled_for < catchup_line)
     ):
-        run_current, skip_reason = False, missed_reason(scheduled_for)
+        run_current, skip_reason = False, missed_reason(due_at)
 
     also: list[PlannedExecution] = []
     next_fire: PlannedExecution | None = None
@@ -145,3 +161,21 @@ def plan_dispatch(
         if fire is not None:
             next_fire = planned(fire, jitter)
     return DispatchPlan(run_current, skip_reason, also, next_fire)
+
+
+def plan_missed_while_paused(
+    schedule: Schedule, after: datetime, now: datetime, jitter: float
+) -> tuple[list[PlannedExecution], PlannedExecution | None]:
+    """On resume: every fire time after ``after`` that passed while the job was paused, recorded
+    as skipped (a skip is never silent), and the first fire time still ahead."""
+    skipped: list[PlannedExecution] = []
+    fire = schedule.next_fire_after(after)
+    while fire is not None and fire <= now and len(skipped) < MAX_MISSED_RECORDED:
+        skipped.append(planned(fire, jitter, ExecutionStatus.SKIPPED, reason=PAUSED_AT_FIRE_TIME))
+        fire = schedule.next_fire_after(fire)
+    if fire is not None and fire <= now:
+        fire = schedule.next_fire_after(now)
+    return skipped, (planned(fire, jitter) if fire is not None else None)
+
+
+PAUSED_AT_FIRE_TIME = "job was paused at its fire time"

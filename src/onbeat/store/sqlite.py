@@ -10,7 +10,6 @@ one file shares the machine's clock.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,10 +34,12 @@ from onbeat.model import (
     Trigger,
 )
 from onbeat.plan import (
+    PAUSED_AT_FIRE_TIME,
     PlannedExecution,
     first_execution,
     new_id,
     plan_dispatch,
+    plan_missed_while_paused,
     planned,
     shard_of,
 )
@@ -218,16 +219,17 @@ class SQLiteStore:
                 "now": to_us(now),
             }
             if changes.schedule is not None:
+                first = first_execution(changes.schedule, columns["jitter"], now)
                 c.execute(
                     Q["executions_cancel_pending"],
                     {
                         "job_id": job_id,
                         "trigger": Trigger.SCHEDULE.value,
                         "reason": "superseded by a schedule change",
+                        "keep_scheduled_for": to_us(first.scheduled_for) if first else None,
                         "now": to_us(now),
                     },
                 )
-                first = first_execution(changes.schedule, columns["jitter"], now)
                 columns["next_fire_at"] = to_us(first.scheduled_for) if first else None
                 if job.status is JobStatus.COMPLETED and first:
                     columns["status"] = JobStatus.ACTIVE.value
@@ -260,38 +262,39 @@ class SQLiteStore:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be resumed")
             if job.status is not JobStatus.PAUSED:
                 return job
+            pending = c.execute(Q["executions_pending_of_job"], {"job_id": job_id}).fetchall()
             if job.schedule.kind is ScheduleKind.CRON:
                 grace_line = to_us(now - timedelta(seconds=misfire_grace))
                 stale = [
                     r
-                    for r in c.execute(Q["executions_pending_of_job"], {"job_id": job_id})
+                    for r in pending
                     if r["trigger"] == Trigger.SCHEDULE.value
                     and r["attempt"] == 0
                     and r["scheduled_for"] < grace_line
                 ]
-                for r in stale:
-                    c.execute(
-                        Q["execution_mark_skipped"],
-                        {
-                            "id": r["id"],
-                            "reason": "job was paused at its fire time",
-                            "now": to_us(now),
-                        },
-                    )
                 if stale:
-                    nxt = job.schedule.next_fire_after(now)
-                    if nxt is not None:
-                        self._insert_executions(
-                            c, job_id, job.shard, job.priority, [planned(nxt, job.jitter)]
-                        )
+                    self._end_pending(c, stale, ExecutionStatus.SKIPPED, PAUSED_AT_FIRE_TIME)
+                    skipped, nxt = plan_missed_while_paused(
+                        job.schedule,
+                        from_us(max(r["scheduled_for"] for r in stale)),
+                        now,
+                        job.jitter,
+                    )
+                    runs = [*skipped, *([nxt] if nxt else [])]
+                    self._insert_executions(c, job_id, job.shard, job.priority, runs)
                     c.execute(
                         Q["job_set_next_fire"],
                         {
                             "id": job_id,
-                            "next_fire_at": to_us(nxt) if nxt else None,
+                            "next_fire_at": to_us(nxt.scheduled_for) if nxt else None,
                             "now": to_us(now),
                         },
                     )
+            else:  # a one-shot run held by the pause runs now, not as a misfire
+                c.executemany(
+                    "UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now",
+                    [{"id": r["id"], "now": to_us(now)} for r in pending],
+                )
             return self._set_status(c, job, JobStatus.ACTIVE)
 
     def job_cancel(self, job_id: str) -> Job:
@@ -303,6 +306,7 @@ class SQLiteStore:
                     "job_id": job_id,
                     "trigger": None,
                     "reason": "job cancelled",
+                    "keep_scheduled_for": None,
                     "now": self._now_us(),
                 },
             )
@@ -314,9 +318,12 @@ class SQLiteStore:
             job = _job(self._job_for_update(c, job_id))
             if job.status in (JobStatus.CANCELLED, JobStatus.PAUSED):
                 raise ConflictError(f"job {job_id!r} is {job.status.value}; resume it first")
-            run = planned(now, 0.0, trigger=Trigger.MANUAL)
-            self._insert_executions(c, job_id, job.shard, job.priority, [run])
-            return self._execution(c, run.id)
+            # Two manual runs requested in the same microsecond are two runs, not one.
+            while True:
+                run = planned(now, 0.0, trigger=Trigger.MANUAL)
+                if self._insert_executions(c, job_id, job.shard, job.priority, [run]):
+                    return self._execution(c, run.id)
+                now += timedelta(microseconds=1)
 
     def _insert_executions(
         self,
@@ -325,13 +332,20 @@ class SQLiteStore:
         shard: int,
         priority: int,
         runs: Sequence[PlannedExecution],
-    ) -> list[str]:
-        """Insert planned runs, ignoring ones that exist already; returns the ids inserted."""
+    ) -> set[str]:
+        return self._insert_planned(c, [(job_id, shard, priority, run) for run in runs])
+
+    def _insert_planned(
+        self, c: sqlite3.Connection, planned_runs: Sequence[tuple[str, int, int, PlannedExecution]]
+    ) -> set[str]:
+        """Insert (job_id, shard, priority, run) rows, ignoring runs that exist already (same job,
+        fire time and trigger); returns the ids actually inserted."""
+        if not planned_runs:
+            return set()
         now = self._now_us()
-        inserted = []
-        for run in runs:
-            row = c.execute(
-                Q["execution_insert"],
+        c.executemany(
+            Q["execution_insert"],
+            [
                 {
                     "id": run.id,
                     "job_id": job_id,
@@ -343,11 +357,37 @@ class SQLiteStore:
                     "priority": priority,
                     "reason": run.reason,
                     "now": now,
-                },
-            ).fetchone()
-            if row:
-                inserted.append(row[0])
-        return inserted
+                }
+                for job_id, shard, priority, run in planned_runs
+            ],
+        )
+        ids = json.dumps([run.id for *_, run in planned_runs])
+        return {r[0] for r in c.execute(Q["executions_existing"], {"ids": ids})}
+
+    def _end_pending(
+        self,
+        c: sqlite3.Connection,
+        rows: Sequence[sqlite3.Row],
+        status: ExecutionStatus,
+        reason: str | Sequence[str],
+    ) -> None:
+        """Skip or cancel pending runs (rows with id, job_id, trigger), each with its reason; a
+        one-shot job whose scheduled run ends this way is completed."""
+        now = self._now_us()
+        reasons = [reason] * len(rows) if isinstance(reason, str) else reason
+        c.executemany(
+            Q["execution_end_pending"],
+            [
+                {"id": r["id"], "status": status.value, "reason": why, "now": now}
+                for r, why in zip(rows, reasons, strict=True)
+            ],
+        )
+        self._complete_one_shots(c, rows)
+
+    def _complete_one_shots(self, c: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> None:
+        ids = sorted({r["job_id"] for r in rows if r["trigger"] == Trigger.SCHEDULE.value})
+        if ids:
+            c.execute(Q["job_complete_one_shot"], {"ids": json.dumps(ids), "now": self._now_us()})
 
     def _execution(self, c: sqlite3.Connection, execution_id: str) -> Execution:
         row = c.execute(Q["execution_get"], {"id": execution_id}).fetchone()
@@ -415,6 +455,9 @@ class SQLiteStore:
         with self._tx() as c:
             if c.execute(Q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
                 raise NotFoundError(f"dead letter {execution_id!r} not found")
+            job_id = self._execution(c, execution_id).job_id
+            if _job(self._job_for_update(c, job_id)).status is JobStatus.CANCELLED:
+                raise ConflictError(f"job {job_id!r} is cancelled; its runs cannot be replayed")
             c.execute(Q["execution_replay"], {"id": execution_id, "now": self._now_us()})
             return self._execution(c, execution_id)
 
@@ -431,8 +474,10 @@ class SQLiteStore:
         with self._tx() as c:
             c.execute(Q["scheduler_register"], args)
             c.execute(Q["scheduler_forget_dead"], {"dead_before": now - ttl_us})
-            live = c.execute(Q["scheduler_live_count"]).fetchone()[0]
-            fair_share = math.ceil(self.shard_count / max(live, 1))
+            # As even as possible: the first (shards % live) owners, by name, hold one shard more.
+            live = [r[0] for r in c.execute(Q["scheduler_live"])]
+            base, extra = divmod(self.shard_count, len(live))
+            fair_share = base + (1 if live.index(owner) < extra else 0)
             held = {r["shard"]: r["epoch"] for r in c.execute(Q["shard_renew"], args)}
             acquired: set[int] = set()
             if len(held) > fair_share:
@@ -473,6 +518,10 @@ class SQLiteStore:
                     "limit": params.limit,
                 },
             ).fetchall()
+            to_queue: list[str] = []
+            to_skip: list[tuple[sqlite3.Row, str]] = []
+            new_runs: list[tuple[str, int, int, PlannedExecution]] = []
+            next_fires: list[dict[str, Any]] = []
             for r in rows:
                 first_dispatch = r["attempt"] == 0 and r["trigger"] == Trigger.SCHEDULE.value
                 plan = plan_dispatch(
@@ -481,6 +530,7 @@ class SQLiteStore:
                     catchup_window=r["catchup_window"],
                     jitter=r["jitter"],
                     scheduled_for=from_us(r["scheduled_for"]),
+                    due_at=from_us(r["due_at"]),
                     first_dispatch=first_dispatch,
                     materialize_next=first_dispatch and r["scheduled_for"] == r["next_fire_at"],
                     now=now,
@@ -488,32 +538,32 @@ class SQLiteStore:
                     misfire_grace=params.misfire_grace,
                 )
                 if plan.run_current:
-                    c.execute(Q["execution_mark_queued"], {"id": r["id"]})
+                    to_queue.append(r["id"])
                     out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
                 else:
-                    c.execute(
-                        Q["execution_mark_skipped"],
-                        {"id": r["id"], "reason": plan.skip_reason, "now": now_us},
-                    )
-                    c.execute(Q["job_complete_one_shot"], {"id": r["job_id"], "now": now_us})
+                    to_skip.append((r, plan.skip_reason or "skipped"))
                 runs = [*plan.also, *([plan.next_fire] if plan.next_fire else [])]
-                inserted = set(
-                    self._insert_executions(c, r["job_id"], r["shard"], r["priority"], runs)
-                )
-                out.extend(
-                    QueueItem(run.id, run.due_at, r["priority"])
-                    for run in plan.also
-                    if run.status is ExecutionStatus.QUEUED and run.id in inserted
-                )
+                new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in runs)
                 if plan.next_fire is not None:
-                    c.execute(
-                        Q["job_set_next_fire"],
+                    next_fires.append(
                         {
                             "id": r["job_id"],
                             "next_fire_at": to_us(plan.next_fire.scheduled_for),
                             "now": now_us,
-                        },
+                        }
                     )
+            c.execute(Q["execution_mark_queued"], {"ids": json.dumps(to_queue)})
+            if to_skip:
+                self._end_pending(
+                    c, [r for r, _ in to_skip], ExecutionStatus.SKIPPED, [w for _, w in to_skip]
+                )
+            inserted = self._insert_planned(c, new_runs)
+            out.extend(
+                QueueItem(run.id, run.due_at, priority)
+                for _, _, priority, run in new_runs
+                if run.status is ExecutionStatus.QUEUED and run.id in inserted
+            )
+            c.executemany(Q["job_set_next_fire"], next_fires)
         return out
 
     def execution_sweep(
@@ -537,24 +587,20 @@ class SQLiteStore:
                 Q["execution_expired_leases"],
                 {"shards": json.dumps(shards), "now": now_us, "limit": limit},
             ).fetchall()
+            outcomes = []
             for r in rows:
                 retry = RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"])
+                last = r["attempt"] >= retry.max_attempts
                 error = f"worker lost: lease expired during attempt {r['attempt']}"
-                self._finish(
-                    c,
-                    r,
-                    Completion(
-                        r["id"],
-                        r["fencing_token"],
-                        succeeded=False,
-                        error=error,
-                        retry_in=backoff_delay(retry, r["attempt"])
-                        if r["attempt"] < retry.max_attempts
-                        else None,
-                    ),
-                    AttemptOutcome.LOST,
-                    now_us,
+                done = Completion(
+                    r["id"],
+                    r["fencing_token"],
+                    succeeded=False,
+                    error=error,
+                    retry_in=None if last else backoff_delay(retry, r["attempt"]),
                 )
+                outcomes.append((r, done, AttemptOutcome.LOST))
+            self._finish(c, outcomes, now_us)
             return self._with_attempts(
                 c, [c.execute(Q["execution_get"], {"id": r["id"]}).fetchone() for r in rows]
             )
@@ -563,10 +609,13 @@ class SQLiteStore:
     def execution_claim(
         self, execution_ids: Sequence[str], owner: str, lease_ttl: float
     ) -> ClaimResult:
+        """Decide each run in Python (overlap, pause, due), then write the decisions in batches."""
         now_us = self._now_us()
-        lease_until = now_us + int(lease_ttl * 1_000_000)
-        started: list[ClaimedRun] = []
         not_due: list[QueueItem] = []
+        to_start: list[sqlite3.Row] = []
+        to_end: list[tuple[sqlite3.Row, ExecutionStatus, str]] = []
+        to_defer: list[dict[str, Any]] = []
+        replaced: dict[str, list[str]] = {}
         with self._tx() as c:
             rows = c.execute(
                 Q["execution_claim_candidates"], {"ids": json.dumps(list(execution_ids))}
@@ -580,90 +629,98 @@ class SQLiteStore:
                 running.setdefault(r["job_id"], []).append(r["id"])
             for r in sorted(rows, key=lambda r: (r["due_at"], r["id"])):
                 job_status = JobStatus(r["job_status"])
-                if job_status is JobStatus.CANCELLED:
-                    c.execute(
-                        Q["execution_mark_skipped"],
-                        {"id": r["id"], "reason": "job cancelled", "now": now_us},
-                    )
-                    continue
-                if job_status is JobStatus.PAUSED:
-                    c.execute(
-                        Q["execution_defer"],
-                        {"id": r["id"], "due_at": r["due_at"], "reason": "held: job paused"},
-                    )
-                    continue
-                if r["due_at"] > now_us:
-                    not_due.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
-                    continue
+                busy = running.setdefault(r["job_id"], [])
                 overlap = OverlapPolicy(r["overlap"])
-                busy = running.get(r["job_id"], [])
-                replaced: tuple[str, ...] = ()
-                if busy and overlap is OverlapPolicy.SKIP:
-                    reason = f"overlap=skip: execution {busy[0]} of this job was still running"
-                    c.execute(
-                        Q["execution_mark_skipped"],
-                        {"id": r["id"], "reason": reason, "now": now_us},
+                if job_status is JobStatus.CANCELLED:
+                    to_end.append((r, ExecutionStatus.CANCELLED, "job cancelled"))
+                elif job_status is JobStatus.PAUSED:
+                    to_defer.append(
+                        {"id": r["id"], "due_at": r["due_at"], "reason": "held: job paused"}
                     )
-                    continue
-                if busy and overlap is OverlapPolicy.QUEUE:
-                    c.execute(
-                        Q["execution_defer"],
+                elif r["due_at"] > now_us:
+                    not_due.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
+                elif busy and overlap is OverlapPolicy.SKIP:
+                    why = f"overlap=skip: execution {busy[0]} of this job was still running"
+                    to_end.append((r, ExecutionStatus.SKIPPED, why))
+                elif busy and overlap is OverlapPolicy.QUEUE:
+                    to_defer.append(
                         {
                             "id": r["id"],
                             "due_at": now_us + int(OVERLAP_QUEUE_RECHECK * 1_000_000),
                             "reason": f"overlap=queue: waiting for execution {busy[0]}",
-                        },
+                        }
                     )
-                    continue
-                if busy and overlap is OverlapPolicy.REPLACE:
-                    for victim in busy:
-                        gone = c.execute(
-                            Q["execution_replace"],
-                            {
-                                "id": victim,
-                                "reason": f"replaced by execution {r['id']}",
-                                "now": now_us,
-                            },
-                        ).fetchone()
-                        if gone:
-                            c.execute(
-                                Q["attempt_finish"],
-                                {
-                                    "id": victim,
-                                    "fencing_token": gone["fencing_token"],
-                                    "outcome": AttemptOutcome.CANCELLED.value,
-                                    "error": f"replaced by execution {r['id']}",
-                                    "now": now_us,
-                                },
-                            )
-                    replaced = tuple(busy)
-                    busy.clear()
-                row = c.execute(
-                    Q["execution_start"],
-                    {"id": r["id"], "owner": owner, "lease_expires_at": lease_until, "now": now_us},
-                ).fetchone()
-                c.execute(
-                    Q["attempt_insert"],
+                else:
+                    if busy and overlap is OverlapPolicy.REPLACE:
+                        replaced[r["id"]] = list(busy)
+                        busy.clear()
+                    busy.append(r["id"])
+                    to_start.append(r)
+            for status in (ExecutionStatus.CANCELLED, ExecutionStatus.SKIPPED):
+                group = [(r, why) for r, st, why in to_end if st is status]
+                if group:
+                    self._end_pending(c, [r for r, _ in group], status, [w for _, w in group])
+            c.executemany(Q["execution_defer"], to_defer)
+            self._replace(c, replaced, now_us)
+            started = c.execute(
+                Q["execution_start_many"],
+                {
+                    "ids": json.dumps([r["id"] for r in to_start]),
+                    "owner": owner,
+                    "lease_expires_at": now_us + int(lease_ttl * 1_000_000),
+                    "now": now_us,
+                },
+            ).fetchall()
+            c.executemany(
+                Q["attempt_insert"],
+                [
                     {
                         "id": row["id"],
                         "attempt": row["attempt"],
                         "owner": owner,
                         "fencing_token": row["fencing_token"],
                         "now": now_us,
-                    },
+                    }
+                    for row in started
+                ],
+            )
+        job_of = {r["id"]: r for r in to_start}
+        runs = []
+        for row in started:
+            r = job_of[row["id"]]
+            runs.append(
+                ClaimedRun(
+                    execution=_execution(row, ()),
+                    task=r["task"],
+                    params=json.loads(r["params"]),
+                    timeout=r["timeout"],
+                    retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+                    replaced=tuple(replaced.get(row["id"], ())),
                 )
-                running.setdefault(r["job_id"], []).append(r["id"])
-                started.append(
-                    ClaimedRun(
-                        execution=_execution(row, ()),
-                        task=r["task"],
-                        params=json.loads(r["params"]),
-                        timeout=r["timeout"],
-                        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
-                        replaced=replaced,
+            )
+        return ClaimResult(runs, not_due)
+
+    def _replace(
+        self, c: sqlite3.Connection, replaced: Mapping[str, list[str]], now_us: int
+    ) -> None:
+        """overlap=replace: cancel the running predecessors, fencing their tokens."""
+        for newer, victims in replaced.items():
+            why = f"replaced by execution {newer}"
+            for victim in victims:
+                gone = c.execute(
+                    Q["execution_replace"], {"id": victim, "reason": why, "now": now_us}
+                ).fetchone()
+                if gone:
+                    c.execute(
+                        Q["attempt_finish"],
+                        {
+                            "id": victim,
+                            "fencing_token": gone["fencing_token"],
+                            "outcome": AttemptOutcome.CANCELLED.value,
+                            "error": why,
+                            "now": now_us,
+                        },
                     )
-                )
-        return ClaimResult(started, not_due)
 
     def execution_heartbeat(self, owner: str, lease_ttl: float) -> dict[str, int]:
         lease_until = self._now_us() + int(lease_ttl * 1_000_000)
@@ -675,7 +732,6 @@ class SQLiteStore:
 
     def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:
         now_us = self._now_us()
-        accepted = []
         with self._tx() as c:
             current = {
                 r["id"]: r
@@ -684,8 +740,10 @@ class SQLiteStore:
                     {"ids": json.dumps([x.execution_id for x in completions])},
                 )
             }
+            outcomes = []
             for done in completions:
-                r = current.get(done.execution_id)
+                # pop: a second completion of the same run in one batch finds nothing to finish
+                r = current.pop(done.execution_id, None)
                 if (
                     r is None
                     or r["status"] != "running"
@@ -698,87 +756,91 @@ class SQLiteStore:
                     outcome = AttemptOutcome.TIMED_OUT
                 else:
                     outcome = AttemptOutcome.FAILED
-                self._finish(c, r, done, outcome, now_us)
-                accepted.append(done.execution_id)
-        return accepted
+                outcomes.append((r, done, outcome))
+            self._finish(c, outcomes, now_us)
+        return [done.execution_id for _, done, _ in outcomes]
 
     def _finish(
         self,
         c: sqlite3.Connection,
-        r: sqlite3.Row,
-        done: Completion,
-        outcome: AttemptOutcome,
+        outcomes: Sequence[tuple[sqlite3.Row, Completion, AttemptOutcome]],
         now_us: int,
     ) -> None:
-        """Move a running execution (token already checked) to its next state, and log the attempt."""
-        due_at, reason, uncount = None, None, 0
-        if done.succeeded:
-            status = ExecutionStatus.SUCCEEDED
-        elif outcome is AttemptOutcome.RELEASED:
-            status, due_at, uncount = ExecutionStatus.SCHEDULED, now_us, 1
-            reason = "released by a stopping worker"
-        elif r["job_status"] == JobStatus.CANCELLED.value:
-            status, reason = ExecutionStatus.CANCELLED, "job cancelled"
-        elif done.retry_in is not None:
-            status = ExecutionStatus.SCHEDULED
-            due_at = now_us + int(done.retry_in * 1_000_000)
-            reason = f"retry after attempt {r['attempt']} failed"
-        else:
-            status = ExecutionStatus.FAILED
-        c.execute(
-            Q["execution_finish"],
-            {
-                "id": r["id"],
-                "fencing_token": done.fencing_token,
-                "status": status.value,
-                "due_at": due_at,
-                "result": json.dumps(done.result) if done.succeeded else None,
-                "error": done.error,
-                "reason": reason,
-                "uncount_attempt": uncount,
-                "now": now_us,
-            },
-        )
-        c.execute(
-            Q["attempt_finish"],
-            {
-                "id": r["id"],
-                "fencing_token": done.fencing_token,
-                "outcome": outcome.value,
-                "error": done.error,
-                "now": now_us,
-            },
-        )
-        if status is ExecutionStatus.FAILED:
-            tenant = c.execute("SELECT tenant FROM jobs WHERE id = ?", (r["job_id"],)).fetchone()[0]
-            c.execute(
-                Q["dead_letter_insert"],
+        """Move running executions (tokens already checked) to their next state and log each
+        attempt, in three batched statements."""
+        finishes, attempts, dead, final = [], [], [], []
+        for r, done, outcome in outcomes:
+            due_at, reason, uncount = None, None, 0
+            if done.succeeded:
+                status = ExecutionStatus.SUCCEEDED
+            elif outcome is AttemptOutcome.RELEASED:
+                status, due_at, uncount = ExecutionStatus.SCHEDULED, now_us, 1
+                reason = "released by a stopping worker"
+            elif r["job_status"] == JobStatus.CANCELLED.value:
+                status, reason = ExecutionStatus.CANCELLED, "job cancelled"
+            elif done.retry_in is not None:
+                status = ExecutionStatus.SCHEDULED
+                due_at = now_us + int(done.retry_in * 1_000_000)
+                reason = f"retry after attempt {r['attempt']} failed"
+            else:
+                status = ExecutionStatus.FAILED
+            finishes.append(
                 {
                     "id": r["id"],
-                    "job_id": r["job_id"],
-                    "tenant": tenant,
-                    "attempts": r["attempt"],
+                    "fencing_token": done.fencing_token,
+                    "status": status.value,
+                    "due_at": due_at,
+                    "result": json.dumps(done.result) if done.succeeded else None,
+                    "error": done.error,
+                    "reason": reason,
+                    "uncount_attempt": uncount,
+                    "now": now_us,
+                }
+            )
+            attempts.append(
+                {
+                    "id": r["id"],
+                    "fencing_token": done.fencing_token,
+                    "outcome": outcome.value,
                     "error": done.error,
                     "now": now_us,
-                },
+                }
             )
-        if status.is_final and r["trigger"] == Trigger.SCHEDULE.value:
-            c.execute(Q["job_complete_one_shot"], {"id": r["job_id"], "now": now_us})
+            if status is ExecutionStatus.FAILED:
+                dead.append(
+                    {
+                        "id": r["id"],
+                        "job_id": r["job_id"],
+                        "tenant": r["tenant"],
+                        "attempts": r["attempt"],
+                        "error": done.error,
+                        "now": now_us,
+                    }
+                )
+            if status.is_final:
+                final.append(r)
+        c.executemany(Q["execution_finish"], finishes)
+        c.executemany(Q["attempt_finish"], attempts)
+        c.executemany(Q["dead_letter_insert"], dead)
+        self._complete_one_shots(c, final)
 
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
         now_us = self._now_us()
-        released = 0
         with self._tx() as c:
-            for r in c.execute(
-                Q["execution_current_tokens"], {"ids": json.dumps(list(held))}
-            ).fetchall():
-                if r["status"] == "running" and r["fencing_token"] == held[r["id"]]:
-                    done = Completion(
-                        r["id"], r["fencing_token"], succeeded=False, error="released"
-                    )
-                    self._finish(c, r, done, AttemptOutcome.RELEASED, now_us)
-                    released += 1
-        return released
+            rows = c.execute(Q["execution_current_tokens"], {"ids": json.dumps(list(held))})
+            outcomes = [
+                (
+                    r,
+                    Completion(r["id"], r["fencing_token"], False, error="released"),
+                    AttemptOutcome.RELEASED,
+                )
+                for r in rows
+                if r["status"] == "running"
+                and r["lease_owner"] == owner
+                and r["fencing_token"] == held[r["id"]]
+            ]
+            self._finish(c, outcomes, now_us)
+        return len(outcomes)
 
 
 # --- row mapping ------------------------------------------------------------------------------

@@ -427,6 +427,19 @@ class StoreContract:
         ]
         assert b_taken == set(b.epochs)
 
+    def test_shard_acquire__three_owners_leave_nobody_idle(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        owners = ["scheduler-a", "scheduler-b", "scheduler-c"]
+        held: dict[str, set[int]] = {}
+        for _ in range(4):
+            for owner in owners:
+                held[owner] = set(_leases(store, owner).epochs)
+        sizes = sorted(len(shards) for shards in held.values())
+        base, extra = divmod(store.shard_count, len(owners))
+        assert sizes == [base] * (len(owners) - extra) + [base + 1] * extra
+        assert set().union(*held.values()) == set(range(store.shard_count))
+
     def test_shard_acquire__silent_owner_loses_shards_after_ttl(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -937,11 +950,6 @@ class StoreContract:
         assert _get(store, r2.execution.id).status is ExecutionStatus.RUNNING
         assert _get(store, r3.execution.id).status is ExecutionStatus.SCHEDULED
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: two completions of one run in one batch are both applied "
-        "(the token check reads the batch's rows once, before any is written)",
-    )
     def test_execution_finish_many__duplicate_completion_in_batch_applies_once(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1145,11 +1153,6 @@ class StoreContract:
         assert resumed.next_fire_at == pending.scheduled_for
         assert _job(store, job.id).next_fire_at == pending.scheduled_for
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: resume records only the materialised missed fire; the other fire "
-        "times that passed while paused leave no record",
-    )
     def test_job_resume__every_fire_missed_while_paused_is_recorded(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1181,11 +1184,6 @@ class StoreContract:
         assert run.id in _ids(_dispatch(store))
         assert _claim(store, run.id).execution.status is ExecutionStatus.RUNNING
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: a resumed one-shot run is misfire-skipped (misfire applies to any "
-        "dispatch of an attempt-0 schedule run, not only to fire times no scheduler saw)",
-    )
     def test_job_resume__pending_one_shot_runs_despite_misfire_skip(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1332,11 +1330,6 @@ class StoreContract:
         }
         assert store.execution_claim(list(_ids(old)), WORKER, RUN_TTL).started == []
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: a new schedule whose first fire equals a cancelled pending run's "
-        "fire time is not planned (the insert hits the tombstone's unique key)",
-    )
     def test_job_update__new_schedule_with_same_first_fire_keeps_a_pending_run(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1380,11 +1373,6 @@ class StoreContract:
         assert _get(store, scheduled.id).status is ExecutionStatus.SCHEDULED
         assert _job(store, job.id).next_fire_at == scheduled.scheduled_for
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: a second run_now at the same instant collides on "
-        "(job_id, scheduled_for, trigger) and raises NotFoundError",
-    )
     def test_job_run_now__twice_at_same_instant(self, store: Store, clock: FakeClock) -> None:
         job = store.job_create(_cron(HOURLY))
         first = store.job_run_now(job.id)
@@ -1415,11 +1403,6 @@ class StoreContract:
         assert store.execution_finish_many([_ok(run)]) == []
         assert store.execution_finish_many([_ok(again)]) == [run.execution.id]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: a replayed run is misfire-skipped when its fire time is older than "
-        "the grace (misfire applies to any dispatch of an attempt-0 schedule run)",
-    )
     def test_dead_letter_replay__old_run_is_not_misfire_skipped(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1461,10 +1444,6 @@ class StoreContract:
 
     # -- misfire applied to runs a scheduler already saw (bugs) --------------------------------
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: a run released long after its fire time is misfire-skipped",
-    )
     def test_execution_release__old_run_is_not_misfire_skipped(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1474,11 +1453,6 @@ class StoreContract:
         store.execution_release(WORKER, {run.execution.id: run.execution.fencing_token})
         assert _ids(_dispatch(store)) == {run.execution.id}
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: an overlap=queue run that waits longer than the misfire grace is "
-        "misfire-skipped instead of starting when its predecessor finishes",
-    )
     def test_execution_claim__overlap_queue_long_wait_is_not_misfire_skipped(
         self, store: Store, clock: FakeClock
     ) -> None:
@@ -1504,10 +1478,6 @@ class StoreContract:
         assert _get(store, second.id).status is not ExecutionStatus.SKIPPED
         assert _claim(store, second.id, OTHER_WORKER).execution.attempt == 1
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="store bug: an overlap=skip at claim time does not complete a one-shot job",
-    )
     def test_execution_claim__overlap_skip_of_one_shot_run_completes_job(
         self, store: Store, clock: FakeClock
     ) -> None:

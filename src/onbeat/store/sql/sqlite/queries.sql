@@ -38,7 +38,7 @@ UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 -- name: job_complete_one_shot
 -- A now/once job is done when its scheduled run reached a final state.
 UPDATE jobs SET status = 'completed', updated_at = :now
-WHERE id = :id AND schedule_kind != 'cron' AND status = 'active';
+WHERE id IN (SELECT value FROM json_each(:ids)) AND schedule_kind != 'cron' AND status = 'active';
 
 -- name: execution_insert
 -- Idempotent on (job_id, scheduled_for, trigger): two schedulers planning the same fire insert one row.
@@ -46,8 +46,10 @@ INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, statu
                         reason, created_at, finished_at)
 VALUES (:id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
         :reason, :now, CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END)
-ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING
-RETURNING id;
+ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
+
+-- name: executions_existing
+SELECT id FROM executions WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_get
 SELECT * FROM executions WHERE id = :id;
@@ -65,11 +67,13 @@ SELECT * FROM attempts WHERE execution_id IN (SELECT value FROM json_each(:ids))
 ORDER BY started_at, fencing_token;
 
 -- name: executions_cancel_pending
--- Tombstone a job's runs that have not started (cancel, or a schedule edit for schedule runs).
+-- Tombstone a job's runs that have not started (cancel; or a schedule edit, for schedule runs
+-- other than the one at :keep_scheduled_for, which the new schedule plans too).
 UPDATE executions
 SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1
 WHERE job_id = :job_id AND status IN ('scheduled', 'queued')
-  AND (:trigger IS NULL OR (trigger = :trigger AND attempt = 0));
+  AND (:trigger IS NULL OR (trigger = :trigger AND attempt = 0))
+  AND (:keep_scheduled_for IS NULL OR scheduled_for != :keep_scheduled_for);
 
 -- name: executions_pending_of_job
 SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
@@ -77,7 +81,7 @@ SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'que
 -- name: execution_dispatch_candidates
 -- Pending runs of active jobs due within the window, in the held shards: a range read on
 -- executions_dispatch per shard.
-SELECT e.id, e.job_id, e.trigger, e.scheduled_for, e.due_at, e.attempt, e.shard,
+SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
        j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
        j.timezone, j.misfire, j.catchup_window, j.jitter
 FROM executions e JOIN jobs j ON j.id = e.job_id
@@ -89,10 +93,12 @@ ORDER BY e.due_at
 LIMIT :limit;
 
 -- name: execution_mark_queued
-UPDATE executions SET status = 'queued' WHERE id = :id AND status = 'scheduled';
+UPDATE executions SET status = 'queued'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'scheduled';
 
--- name: execution_mark_skipped
-UPDATE executions SET status = 'skipped', reason = :reason, finished_at = :now
+-- name: execution_end_pending
+-- A run that will not start: skipped (policy) or cancelled, always with a reason.
+UPDATE executions SET status = :status, reason = :reason, finished_at = :now
 WHERE id = :id AND status IN ('scheduled', 'queued');
 
 -- name: execution_sweep
@@ -105,7 +111,7 @@ LIMIT :limit;
 
 -- name: execution_expired_leases
 SELECT e.id, e.job_id, e.trigger, e.attempt, e.fencing_token, e.shard,
-       j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status
+       j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
   AND e.shard IN (SELECT value FROM json_each(:shards))
@@ -121,11 +127,11 @@ WHERE e.id IN (SELECT value FROM json_each(:ids));
 SELECT id, job_id FROM executions
 WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
 
--- name: execution_start
+-- name: execution_start_many
 UPDATE executions
 SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
     lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
-WHERE id = :id AND status = 'queued'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued'
 RETURNING *;
 
 -- name: attempt_insert
@@ -155,8 +161,8 @@ WHERE lease_owner = :owner AND status = 'running'
 RETURNING id, fencing_token;
 
 -- name: execution_current_tokens
-SELECT e.id, e.job_id, e.trigger, e.fencing_token, e.status, e.attempt, j.status AS job_status,
-       j.tenant
+SELECT e.id, e.job_id, e.trigger, e.fencing_token, e.status, e.attempt, e.lease_owner,
+       j.status AS job_status, j.tenant
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
@@ -196,15 +202,15 @@ INSERT OR IGNORE INTO shard_leases (shard) VALUES (:shard);
 -- name: shard_count
 SELECT count(*) FROM shard_leases;
 
+-- name: scheduler_live
+SELECT owner FROM schedulers ORDER BY owner;
+
 -- name: scheduler_register
 INSERT INTO schedulers (owner, last_seen) VALUES (:owner, :now)
 ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen;
 
 -- name: scheduler_forget_dead
 DELETE FROM schedulers WHERE last_seen < :dead_before;
-
--- name: scheduler_live_count
-SELECT count(*) FROM schedulers;
 
 -- name: shard_renew
 UPDATE shard_leases SET lease_expires_at = :lease_expires_at
