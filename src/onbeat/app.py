@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from onbeat.audit import AuditReport, audit
+from onbeat.auth import ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import DeadLetter, Execution, Job, MisfirePolicy, OverlapPolicy
@@ -135,46 +137,82 @@ class App:
         self._submitted()
         return job
 
-    def get_job(self, job_id: str) -> Job:
+    def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:
+        """The job; with ``tenant``, only if it belongs to that tenant (else NotFoundError, as if
+        it did not exist: another tenant's ids are not even confirmed)."""
         job = self.store.job_get(job_id)
-        if job is None:
+        if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFoundError(f"job {job_id!r} not found")
         return job
 
     def list_jobs(self, **filters: Any) -> list[Job]:
         return self.store.job_list(**filters)
 
-    def list_executions(self, job_id: str, limit: int = 100) -> list[Execution]:
+    def list_executions(
+        self, job_id: str, limit: int = 100, *, tenant: str | None = None
+    ) -> list[Execution]:
         """The job's executions, newest fire time first, each with its attempts."""
-        self.get_job(job_id)
+        self.get_job(job_id, tenant=tenant)
         return self.store.execution_list(job_id, limit=limit)
 
-    def get_execution(self, execution_id: str) -> Execution:
+    def get_execution(self, execution_id: str, *, tenant: str | None = None) -> Execution:
         execution = self.store.execution_get(execution_id)
         if execution is None:
             raise NotFoundError(f"execution {execution_id!r} not found")
+        if tenant is not None:
+            try:
+                self.get_job(execution.job_id, tenant=tenant)
+            except NotFoundError:
+                raise NotFoundError(f"execution {execution_id!r} not found") from None
         return execution
 
-    def pause(self, job_id: str) -> Job:
+    def pause(self, job_id: str, *, tenant: str | None = None) -> Job:
+        self.get_job(job_id, tenant=tenant)
         return self.store.job_pause(job_id)
 
-    def resume(self, job_id: str) -> Job:
+    def resume(self, job_id: str, *, tenant: str | None = None) -> Job:
+        self.get_job(job_id, tenant=tenant)
         job = self.store.job_resume(job_id, self.settings.misfire_grace)
         self._submitted()
         return job
 
-    def cancel(self, job_id: str) -> Job:
+    def cancel(self, job_id: str, *, tenant: str | None = None) -> Job:
+        self.get_job(job_id, tenant=tenant)
         return self.store.job_cancel(job_id)
 
-    def run_now(self, job_id: str) -> Execution:
+    def run_now(self, job_id: str, *, tenant: str | None = None) -> Execution:
+        self.get_job(job_id, tenant=tenant)
         execution = self.store.job_run_now(job_id)
         self._submitted()
         return execution
+
+    def audit(
+        self,
+        job_id: str,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        *,
+        tenant: str | None = None,
+    ) -> AuditReport:
+        """Every fire time the schedule produced in [since, until] (default: since the job was
+        created, until now), accounting for edits and pauses, against the execution records."""
+        job = self.get_job(job_id, tenant=tenant)
+        now = self.store.now()
+        since = since or job.created_at
+        until = min(until or now, now)
+        for name, value in (("since", since), ("until", until)):
+            if value.tzinfo is None:
+                raise ValidationError(name, "must have a UTC offset")
+        if since > until:
+            raise ValidationError("since", "must not be after until")
+        records = self.store.execution_fire_records(job_id, since, until)
+        return audit(self.store.job_events(job_id), records, since, until)
 
     def update_job(
         self,
         job_id: str,
         *,
+        tenant: str | None = None,
         params: dict[str, Any] | None = None,
         cron: str | None = None,
         at: datetime | str | None = None,
@@ -190,7 +228,7 @@ class App:
     ) -> Job:
         """Edit a job. A new schedule (``cron``/``at``, or a new ``timezone``) replaces the
         not-yet-started scheduled runs; other edits apply to every run that starts afterwards."""
-        job = self.get_job(job_id)
+        job = self.get_job(job_id, tenant=tenant)
         schedule = None
         if cron is not None or at is not None or timezone is not None:
             tz = timezone or job.schedule.timezone
@@ -218,16 +256,50 @@ class App:
         self._submitted()
         return updated
 
-    def list_dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        return self.store.dead_letter_list(limit=limit)
+    def list_dead_letters(
+        self, limit: int = 100, *, tenant: str | None = None, after_id: str | None = None
+    ) -> list[DeadLetter]:
+        return self.store.dead_letter_list(tenant=tenant, after_id=after_id, limit=limit)
 
-    def replay_dead_letter(self, execution_id: str) -> Execution:
+    def replay_dead_letter(self, execution_id: str, *, tenant: str | None = None) -> Execution:
+        self._dead_letter_visible(execution_id, tenant)
         execution = self.store.dead_letter_replay(execution_id)
         self._submitted()
         return execution
 
-    def drop_dead_letter(self, execution_id: str) -> None:
+    def drop_dead_letter(self, execution_id: str, *, tenant: str | None = None) -> None:
+        self._dead_letter_visible(execution_id, tenant)
         self.store.dead_letter_drop(execution_id)
+
+    def _dead_letter_visible(self, execution_id: str, tenant: str | None) -> None:
+        try:
+            self.get_execution(execution_id, tenant=tenant)
+        except NotFoundError:
+            raise NotFoundError(f"dead letter {execution_id!r} not found") from None
+
+    # --- API keys ---------------------------------------------------------------------------
+    def create_api_key(self, tenant: str, role: Role | str) -> tuple[ApiKey, str]:
+        """A new key for ``tenant`` with ``role``; returns it and the secret key, shown only once."""
+        if not tenant or len(tenant) > 128:
+            raise ValidationError("tenant", "must be 1 to 128 characters")
+        key_id, key = new_key()
+        api_key = ApiKey(key_id, tenant, _enum(Role, role, "role"), self.store.now())
+        self.store.api_key_insert(api_key, hash_key(key))
+        return api_key, key
+
+    def authenticate(self, key: str) -> ApiKey | None:
+        return self.store.api_key_by_hash(hash_key(key))
+
+    def list_api_keys(self) -> list[ApiKey]:
+        return self.store.api_key_list()
+
+    def revoke_api_key(self, key_id: str) -> None:
+        if not self.store.api_key_revoke(key_id):
+            raise NotFoundError(f"active API key {key_id!r} not found")
+
+    def auth_enabled(self) -> bool:
+        """True once any active API key exists: from then on every request needs one."""
+        return self.store.api_key_count_active() > 0
 
     # --- async twins ------------------------------------------------------------------------
     async def aschedule(self, task_name: str, **kwargs: Any) -> Job:
@@ -276,7 +348,7 @@ def _non_negative(value: float, field: str) -> float:
     return float(value)
 
 
-E = TypeVar("E", OverlapPolicy, MisfirePolicy)
+E = TypeVar("E", OverlapPolicy, MisfirePolicy, Role)
 
 
 def _enum(kind: type[E], value: E | str, field: str) -> E:

@@ -165,3 +165,21 @@ class DeadLetter:
     attempts: int
     last_error: str | None
     created_at: datetime
+
+
+class JobEventKind(StrEnum):
+    CREATED = "created"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    RESCHEDULED = "rescheduled"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """A change in whether and how a job fires; the audit replays them."""
+
+    at: datetime
+    kind: JobEventKind
+    schedule: Schedule
+    """The schedule in force from this event on."""

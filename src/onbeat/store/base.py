@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from onbeat.auth import ApiKey
 from onbeat.model import (
     DeadLetter,
     Execution,
     ExecutionStatus,
     Job,
+    JobEvent,
     JobStatus,
     MisfirePolicy,
     OverlapPolicy,
@@ -185,6 +187,31 @@ class Store(Protocol):
         ...
 
     def dead_letter_drop(self, execution_id: str) -> None: ...
+
+    def job_events(self, job_id: str) -> list[JobEvent]:
+        """The job's creation, pauses, resumes, schedule changes and cancellation, oldest first."""
+        ...
+
+    def execution_fire_records(
+        self, job_id: str, since: datetime, until: datetime
+    ) -> list[tuple[datetime, ExecutionStatus]]:
+        """(scheduled_for, status) of the job's schedule-triggered runs fired in [since, until]."""
+        ...
+
+    # --- API keys ---------------------------------------------------------------------------
+    def api_key_insert(self, key: ApiKey, key_hash: str) -> None: ...
+
+    def api_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        """The active (not revoked) key with that hash."""
+        ...
+
+    def api_key_list(self) -> list[ApiKey]: ...
+
+    def api_key_revoke(self, key_id: str) -> bool:
+        """Revoke an active key; False if there is no active key with that id."""
+        ...
+
+    def api_key_count_active(self) -> int: ...
 
     # --- scheduler role -------------------------------------------------------------------
     def shard_acquire(self, owner: str, lease_ttl: float) -> ShardLeases:

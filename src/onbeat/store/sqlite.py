@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from onbeat.auth import ApiKey, Role
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import ConflictError, NotFoundError
 from onbeat.model import (
@@ -27,6 +28,8 @@ from onbeat.model import (
     Execution,
     ExecutionStatus,
     Job,
+    JobEvent,
+    JobEventKind,
     JobStatus,
     MisfirePolicy,
     OverlapPolicy,
@@ -160,6 +163,7 @@ class SQLiteStore:
         }
         with self._tx() as c:
             c.execute(Q["job_insert"], row)
+            self._event(c, job_id, JobEventKind.CREATED)
             if first:
                 self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
             job = _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
@@ -236,14 +240,22 @@ class SQLiteStore:
                 if first:
                     self._insert_executions(c, job_id, job.shard, columns["priority"], [first])
             c.execute(Q["job_update"], columns)
+            if changes.schedule is not None:
+                self._event(c, job_id, JobEventKind.RESCHEDULED)
             return _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
 
-    def _set_status(self, c: sqlite3.Connection, job: Job, status: JobStatus) -> Job:
+    def _set_status(
+        self, c: sqlite3.Connection, job: Job, status: JobStatus, event: JobEventKind
+    ) -> Job:
         c.execute(
             "UPDATE jobs SET status = ?, updated_at = ? WHERE id = ?",
             (status.value, self._now_us(), job.id),
         )
+        self._event(c, job.id, event)
         return _job(c.execute(Q["job_get"], {"id": job.id}).fetchone())
+
+    def _event(self, c: sqlite3.Connection, job_id: str, kind: JobEventKind) -> None:
+        c.execute(Q["job_event_insert"], {"id": job_id, "kind": kind.value, "now": self._now_us()})
 
     def job_pause(self, job_id: str) -> Job:
         with self._tx() as c:
@@ -252,7 +264,7 @@ class SQLiteStore:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be paused")
             if job.status is not JobStatus.ACTIVE:
                 return job
-            return self._set_status(c, job, JobStatus.PAUSED)
+            return self._set_status(c, job, JobStatus.PAUSED, JobEventKind.PAUSED)
 
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
         now = self.now()
@@ -295,7 +307,7 @@ class SQLiteStore:
                     "UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now",
                     [{"id": r["id"], "now": to_us(now)} for r in pending],
                 )
-            return self._set_status(c, job, JobStatus.ACTIVE)
+            return self._set_status(c, job, JobStatus.ACTIVE, JobEventKind.RESUMED)
 
     def job_cancel(self, job_id: str) -> Job:
         with self._tx() as c:
@@ -310,7 +322,7 @@ class SQLiteStore:
                     "now": self._now_us(),
                 },
             )
-            return self._set_status(c, job, JobStatus.CANCELLED)
+            return self._set_status(c, job, JobStatus.CANCELLED, JobEventKind.CANCELLED)
 
     def job_run_now(self, job_id: str) -> Execution:
         now = self.now()
@@ -465,6 +477,57 @@ class SQLiteStore:
         with self._tx() as c:
             if c.execute(Q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
                 raise NotFoundError(f"dead letter {execution_id!r} not found")
+
+    def job_events(self, job_id: str) -> list[JobEvent]:
+        with self._read() as c:
+            return [
+                JobEvent(from_us(r["at"]), JobEventKind(r["kind"]), _schedule(r))
+                for r in c.execute(Q["job_events"], {"job_id": job_id})
+            ]
+
+    def execution_fire_records(
+        self, job_id: str, since: datetime, until: datetime
+    ) -> list[tuple[datetime, ExecutionStatus]]:
+        with self._read() as c:
+            rows = c.execute(
+                Q["execution_fire_times"],
+                {"job_id": job_id, "since": to_us(since), "until": to_us(until)},
+            )
+            return [(from_us(r["scheduled_for"]), ExecutionStatus(r["status"])) for r in rows]
+
+    # --- API keys ---------------------------------------------------------------------------
+    def api_key_insert(self, key: ApiKey, key_hash: str) -> None:
+        with self._tx() as c:
+            c.execute(
+                Q["api_key_insert"],
+                {
+                    "id": key.id,
+                    "key_hash": key_hash,
+                    "tenant": key.tenant,
+                    "role": key.role.value,
+                    "now": to_us(key.created_at),
+                },
+            )
+
+    def api_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        with self._read() as c:
+            row = c.execute(Q["api_key_by_hash"], {"key_hash": key_hash}).fetchone()
+        return _api_key(row) if row else None
+
+    def api_key_list(self) -> list[ApiKey]:
+        with self._read() as c:
+            return [_api_key(r) for r in c.execute(Q["api_key_list"])]
+
+    def api_key_revoke(self, key_id: str) -> bool:
+        with self._tx() as c:
+            return (
+                c.execute(Q["api_key_revoke"], {"id": key_id, "now": self._now_us()}).rowcount > 0
+            )
+
+    def api_key_count_active(self) -> int:
+        with self._read() as c:
+            count: int = c.execute(Q["api_key_count_active"]).fetchone()[0]
+        return count
 
     # --- scheduler role ---------------------------------------------------------------------
     def shard_acquire(self, owner: str, lease_ttl: float) -> ShardLeases:
@@ -909,6 +972,16 @@ def _job(r: sqlite3.Row) -> Job:
         shard=r["shard"],
         created_at=from_us(r["created_at"]),
         updated_at=from_us(r["updated_at"]),
+    )
+
+
+def _api_key(r: sqlite3.Row) -> ApiKey:
+    return ApiKey(
+        id=r["id"],
+        tenant=r["tenant"],
+        role=Role(r["role"]),
+        created_at=from_us(r["created_at"]),
+        revoked_at=_opt_dt(r["revoked_at"]),
     )
 
 

@@ -238,3 +238,32 @@ DELETE FROM schedulers WHERE owner = :owner;
 
 -- name: shard_held
 SELECT shard, epoch FROM shard_leases WHERE owner = :owner AND lease_expires_at > :now;
+
+-- name: job_event_insert
+INSERT INTO job_events (job_id, at, kind, schedule_kind, schedule_expression, schedule_at, timezone)
+SELECT id, :now, :kind, schedule_kind, schedule_expression, schedule_at, timezone
+FROM jobs WHERE id = :id;
+
+-- name: job_events
+SELECT * FROM job_events WHERE job_id = :job_id ORDER BY at, rowid;
+
+-- name: execution_fire_times
+-- Records of the schedule's fire times in a range, for the audit.
+SELECT scheduled_for, status FROM executions
+WHERE job_id = :job_id AND trigger = 'schedule' AND scheduled_for BETWEEN :since AND :until;
+
+-- name: api_key_insert
+INSERT INTO api_keys (id, key_hash, tenant, role, created_at)
+VALUES (:id, :key_hash, :tenant, :role, :now);
+
+-- name: api_key_by_hash
+SELECT * FROM api_keys WHERE key_hash = :key_hash AND revoked_at IS NULL;
+
+-- name: api_key_list
+SELECT * FROM api_keys ORDER BY created_at, id;
+
+-- name: api_key_revoke
+UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
+
+-- name: api_key_count_active
+SELECT count(*) FROM api_keys WHERE revoked_at IS NULL;
