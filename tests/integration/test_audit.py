@@ -79,7 +79,7 @@ async def test_api_keys__only_a_hash_is_stored_and_revocation_works(node: Node) 
     assert found is not None and found.tenant == "acme"
     assert app.authenticate(secret + "x") is None
     raw = sqlite3.connect(app.settings.database_url.removeprefix("sqlite:///"))
-    stored = [row for row in raw.execute("SELECT * FROM api_keys")]
+    stored = list(raw.execute("SELECT * FROM api_keys"))
     raw.close()
     assert secret not in repr(stored)
     app.revoke_api_key(api_key.id)
