@@ -11,6 +11,17 @@ import sys
 import click
 
 from onbeat.app import App
+from onbeat.errors import OnbeatError
+
+
+class _Group(click.Group):
+    """Shows onbeat's errors (bad input, unknown ids) as one line and exit status 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except OnbeatError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 def load_app(spec: str, database_url: str | None) -> App:
@@ -36,7 +47,7 @@ def load_app(spec: str, database_url: str | None) -> App:
     return app
 
 
-@click.group()
+@click.group(cls=_Group)
 @click.option("--log-level", default="INFO", envvar="ONBEAT_LOG_LEVEL", show_default=True)
 def main(log_level: str) -> None:
     """onbeat: a distributed job scheduler."""
@@ -57,3 +68,47 @@ def up(app_spec: str, database_url: str | None) -> None:
     app = load_app(app_spec, database_url)
     click.echo(f"onbeat up: store {app.settings.database_url}, queue {app.settings.queue_url}")
     asyncio.run(serve(app))
+
+
+@main.group(cls=_Group)
+def keys() -> None:
+    """Manage API keys (works on the store directly: run it where the database is reachable)."""
+
+
+def _store_app(database_url: str | None) -> App:
+    return App(database_url) if database_url else App()
+
+
+_database_option = click.option(
+    "--database-url", default=None, envvar="ONBEAT_DATABASE_URL", help="The store to manage."
+)
+
+
+@keys.command("create")
+@click.option("--tenant", required=True)
+@click.option("--role", type=click.Choice(["admin", "writer", "reader"]), required=True)
+@_database_option
+def keys_create(tenant: str, role: str, database_url: str | None) -> None:
+    """Create a key; the key itself is printed alone on the last line, and never again."""
+    api_key, secret = _store_app(database_url).create_api_key(tenant, role)
+    click.echo(f"created key {api_key.id} for tenant {tenant!r} with role {role}")
+    click.echo(secret)
+
+
+@keys.command("list")
+@_database_option
+def keys_list(database_url: str | None) -> None:
+    """List keys (ids, tenants, roles; never the keys themselves)."""
+    click.echo(f"{'ID':<14}{'TENANT':<24}{'ROLE':<8}{'CREATED':<34}REVOKED")
+    for k in _store_app(database_url).list_api_keys():
+        revoked = k.revoked_at.isoformat() if k.revoked_at else "-"
+        click.echo(f"{k.id:<14}{k.tenant:<24}{k.role.value:<8}{k.created_at.isoformat():<34}{revoked}")
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@_database_option
+def keys_revoke(key_id: str, database_url: str | None) -> None:
+    """Revoke a key by id; requests with it are refused from now on."""
+    _store_app(database_url).revoke_api_key(key_id)
+    click.echo(f"revoked key {key_id}")

@@ -1,0 +1,73 @@
+"""A request-body cap applied before anything parses the body."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from onbeat.api.problems import PROBLEM_MEDIA_TYPE, FieldError, problem_body
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+class BodyLimitMiddleware:
+    """Answer 413 (a problem document) to a body over ``max_bytes``, judged by ``Content-Length``
+    when given and by the bytes actually received otherwise (chunked bodies).
+
+    The body is read here, up to the cap, and handed on in one piece: the app parses JSON from
+    memory anyway, and nothing downstream sees a body that is too large.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._too_large(send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        pending: list[Message] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect: let the app see it
+                pending.append(message)
+                break
+            body: bytes = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        pending.insert(0, {"type": "http.request", "body": b"".join(chunks), "more_body": False})
+
+        async def replay() -> Message:
+            if pending:
+                return pending.pop(0)
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Send) -> None:
+        message = f"is larger than the {self.max_bytes} bytes accepted"
+        body = problem_body(
+            413, "payload-too-large", f"body {message}", [FieldError(field="body", message=message)]
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

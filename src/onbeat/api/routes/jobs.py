@@ -1,0 +1,273 @@
+"""``/jobs``: submit, read, list, edit, pause, resume, run now and cancel jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from onbeat.api.cursors import decode_cursor, encode_cursor, invalid_cursor
+from onbeat.api.deps import DEFAULT_LIMIT, Cursor, IdempotencyMap, Limit, OnbeatApp
+from onbeat.api.idempotency import MAX_KEY_LENGTH
+from onbeat.api.problems import fields_renamed, problem_responses
+from onbeat.api.schemas import (
+    ExecutionOut,
+    ExecutionPage,
+    JobCreate,
+    JobDetail,
+    JobOut,
+    JobPage,
+    JobPatch,
+    ScheduleChange,
+    ScheduleIn,
+    execution_out,
+    job_detail,
+    job_out,
+)
+from onbeat.app import App
+from onbeat.errors import NotFoundError, ValidationError
+from onbeat.model import ExecutionStatus, Job, JobStatus
+from onbeat.schedule import Schedule, ScheduleKind
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+RECENT_EXECUTIONS = 20
+"""Executions shown with ``GET /jobs/{id}``; the rest via ``GET /jobs/{id}/executions``."""
+SCHEDULE_FIELDS = {
+    "cron": "schedule.expression",
+    "at": "schedule.at",
+    "timezone": "schedule.timezone",
+}
+_READ = problem_responses(400, 404, 413, 422)
+_WRITE = problem_responses(400, 404, 409, 413, 422)
+
+
+# --- create -----------------------------------------------------------------------------------
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    responses=problem_responses(400, 413, 422),
+    summary="Submit a job",
+)
+def create_job(
+    body: JobCreate,
+    onbeat: OnbeatApp,
+    keys: IdempotencyMap,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=MAX_KEY_LENGTH,
+            description="Makes a retried POST return the first job instead of creating a second.",
+        ),
+    ] = None,
+) -> JobOut:
+    """Validate everything (task registered, schedule, zone, policies, params size), store the job
+    and its first execution, and answer with the job and its next fire times."""
+    if idempotency_key is None:
+        job = _create(onbeat, body)
+    else:
+        fingerprint = hashlib.sha256(
+            json.dumps(body.model_dump(mode="json"), sort_keys=True).encode()
+        ).hexdigest()
+        job_id, replayed = keys.create_once(
+            idempotency_key, fingerprint, lambda: _create(onbeat, body).id
+        )
+        job = onbeat.get_job(job_id)
+        if replayed:
+            response.headers["Idempotent-Replayed"] = "true"
+    response.headers["Location"] = str(request.url_for("get_job", job_id=job.id))
+    return job_out(job)
+
+
+def _create(onbeat: App, body: JobCreate) -> Job:
+    cron, at = _schedule_args(body.schedule)
+    options = body.model_dump(
+        exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
+    )
+    with fields_renamed(SCHEDULE_FIELDS):
+        return onbeat.schedule(
+            body.task, body.params, cron=cron, at=at, timezone=body.schedule.timezone, **options
+        )
+
+
+def _schedule_args(schedule: ScheduleIn) -> tuple[str | None, str | None]:
+    """``(cron, at)`` for the App, after checking they fit ``type``."""
+    if schedule.type is ScheduleKind.CRON:
+        if schedule.expression is None:
+            raise ValidationError("schedule.expression", "is required for a cron schedule")
+        if schedule.at is not None:
+            raise ValidationError("schedule.at", "must be omitted for a cron schedule")
+    elif schedule.type is ScheduleKind.ONCE:
+        if schedule.at is None:
+            raise ValidationError("schedule.at", "is required for a once schedule")
+        if schedule.expression is not None:
+            raise ValidationError("schedule.expression", "must be omitted for a once schedule")
+    else:
+        for name in ("expression", "at"):
+            if getattr(schedule, name) is not None:
+                raise ValidationError(f"schedule.{name}", "must be omitted for a now schedule")
+    return schedule.expression, schedule.at
+
+
+# --- read -------------------------------------------------------------------------------------
+@router.get("/{job_id}", response_model=JobDetail, responses=_READ, summary="Get a job")
+def get_job(job_id: str, onbeat: OnbeatApp) -> JobDetail:
+    """The job's definition, its next fire times and its most recent executions (newest first),
+    each with its attempts."""
+    job = onbeat.get_job(job_id)
+    return job_detail(job, onbeat.list_executions(job_id, limit=RECENT_EXECUTIONS))
+
+
+@router.get("", response_model=JobPage, responses=_READ, summary="List jobs")
+def list_jobs(
+    onbeat: OnbeatApp,
+    status: JobStatus | None = None,
+    task: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> JobPage:
+    """Jobs in creation order, ``limit`` per page, optionally only those in ``status`` or of
+    ``task``."""
+    after_id = decode_cursor("jobs", cursor)
+    jobs = onbeat.list_jobs(status=status, task=task, after_id=after_id, limit=limit + 1)
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    return JobPage(
+        items=[job_out(j) for j in jobs],
+        next_cursor=encode_cursor("jobs", jobs[-1].id) if more else None,
+    )
+
+
+@router.get(
+    "/{job_id}/executions",
+    response_model=ExecutionPage,
+    responses=_READ,
+    summary="List a job's executions",
+)
+def list_executions(
+    job_id: str,
+    onbeat: OnbeatApp,
+    status: ExecutionStatus | None = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_LIMIT,
+) -> ExecutionPage:
+    """The job's executions, newest fire time first, each with its attempts."""
+    onbeat.get_job(job_id)
+    before_id = decode_cursor("executions", cursor)
+    if before_id is not None:
+        # The store pages from the cursor's execution; one that is gone or of another job would
+        # silently restart the listing, so it is refused instead.
+        try:
+            before = onbeat.get_execution(before_id)
+        except NotFoundError:
+            raise invalid_cursor() from None
+        if before.job_id != job_id:
+            raise invalid_cursor()
+    executions = onbeat.store.execution_list(
+        job_id, status=status, before_id=before_id, limit=limit + 1
+    )
+    more = len(executions) > limit
+    executions = executions[:limit]
+    return ExecutionPage(
+        items=[execution_out(e) for e in executions],
+        next_cursor=encode_cursor("executions", executions[-1].id) if more else None,
+    )
+
+
+# --- edit -------------------------------------------------------------------------------------
+@router.patch("/{job_id}", response_model=JobOut, responses=_WRITE, summary="Edit a job")
+def update_job(job_id: str, body: JobPatch, onbeat: OnbeatApp) -> JobOut:
+    """Change params, schedule or policies. A new schedule cancels the job's not-yet-started
+    scheduled runs (reason "superseded by a schedule change") and plans the first fire of the new
+    one; a schedule equal to the current one changes nothing. Other edits apply to every run that
+    starts afterwards."""
+    job = onbeat.get_job(job_id)
+    options = body.model_dump(exclude_none=True, exclude={"params", "schedule"})
+    schedule = {} if body.schedule is None else _schedule_change(job, body.schedule)
+    with fields_renamed(SCHEDULE_FIELDS):
+        updated = onbeat.update_job(job_id, params=body.params, **schedule, **options)
+    return job_out(updated)
+
+
+def _schedule_change(job: Job, change: ScheduleChange) -> dict[str, Any]:
+    """``cron``/``at``/``timezone`` arguments for ``App.update_job``; {} if nothing changes."""
+    if change.expression is not None and change.at is not None:
+        raise ValidationError("schedule", "give either an expression or an at time, not both")
+    kind = change.type
+    if kind is None and change.expression is not None:
+        kind = ScheduleKind.CRON
+    elif kind is None and change.at is not None:
+        kind = ScheduleKind.ONCE
+    expression, at = change.expression, change.at
+    if kind is ScheduleKind.CRON:
+        if at is not None:
+            raise ValidationError("schedule.at", "must be omitted for a cron schedule")
+        if expression is None:
+            if job.schedule.kind is not ScheduleKind.CRON:
+                raise ValidationError("schedule.expression", "is required to make this a cron job")
+            expression = job.schedule.expression
+    elif kind is ScheduleKind.ONCE:
+        if expression is not None:
+            raise ValidationError("schedule.expression", "must be omitted for a once schedule")
+        if at is None:
+            raise ValidationError("schedule.at", "is required for a once schedule")
+    else:
+        if change.timezone is None:
+            raise ValidationError("schedule", "give an expression, an at time or a timezone")
+        if job.schedule.kind is not ScheduleKind.CRON:
+            raise ValidationError(
+                "schedule.timezone",
+                "only a cron schedule is evaluated in a time zone; give an at time to move a "
+                "one-shot job",
+            )
+        kind, expression = ScheduleKind.CRON, job.schedule.expression
+    timezone = change.timezone or job.schedule.timezone
+    cron = expression if kind is ScheduleKind.CRON else None
+    with fields_renamed(SCHEDULE_FIELDS):
+        new = Schedule.parse(cron=cron, at=at, timezone=timezone)
+    if new == job.schedule:
+        return {}  # nothing to re-plan: the planned runs stay as they are
+    return {"cron": cron, "at": at, "timezone": timezone}
+
+
+@router.post("/{job_id}/pause", response_model=JobOut, responses=_WRITE, summary="Pause a job")
+def pause_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
+    """Nothing of the job is dispatched until it is resumed; pending runs wait, running ones
+    finish. Pausing a paused job changes nothing; a cancelled job is a 409."""
+    return job_out(onbeat.pause(job_id))
+
+
+@router.post("/{job_id}/resume", response_model=JobOut, responses=_WRITE, summary="Resume a job")
+def resume_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
+    """Dispatch again: a pending one-shot run runs at once; a cron run whose time passed while
+    paused is recorded as skipped and the next future fire is planned. A cancelled job is a 409."""
+    return job_out(onbeat.resume(job_id))
+
+
+@router.post(
+    "/{job_id}/run",
+    status_code=201,
+    response_model=ExecutionOut,
+    responses=_WRITE,
+    summary="Run a job now",
+)
+def run_job(job_id: str, onbeat: OnbeatApp, request: Request, response: Response) -> ExecutionOut:
+    """Create an execution with trigger ``manual``, due now, subject to the job's overlap policy
+    when it starts. A paused or cancelled job is a 409."""
+    execution = onbeat.run_now(job_id)
+    response.headers["Location"] = str(request.url_for("get_execution", execution_id=execution.id))
+    return execution_out(execution)
+
+
+@router.delete("/{job_id}", response_model=JobOut, responses=_WRITE, summary="Cancel a job")
+def cancel_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
+    """Make the job inactive for good: its not-yet-started executions are cancelled (kept, with a
+    reason); a running one finishes but is not retried. The job stays readable."""
+    return job_out(onbeat.cancel(job_id))

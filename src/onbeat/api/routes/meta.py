@@ -1,0 +1,103 @@
+"""Everything that is not a job, an execution or a dead letter: tasks, schedule previews, health."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from onbeat.api.deps import OnbeatApp
+from onbeat.api.problems import ProblemError, fields_renamed, problem_responses
+from onbeat.api.schemas import (
+    MAX_TEXT,
+    FireTimeOut,
+    Health,
+    Preview,
+    Readiness,
+    TaskPage,
+    task_out,
+)
+from onbeat.errors import ValidationError
+from onbeat.schedule import MAX_CRON_LENGTH, Schedule
+
+router = APIRouter(tags=["meta"])
+log = logging.getLogger("onbeat.api")
+MAX_PREVIEW_COUNT = 100
+
+
+@router.get(
+    "/tasks", response_model=TaskPage, responses=problem_responses(400, 413), summary="List tasks"
+)
+def list_tasks(onbeat: OnbeatApp) -> TaskPage:
+    """The tasks registered in this process, by name, with their default policies. One page."""
+    tasks = sorted(onbeat.registry, key=lambda t: t.name)
+    return TaskPage(items=[task_out(t) for t in tasks], next_cursor=None)
+
+
+@router.get(
+    "/schedules/preview",
+    response_model=Preview,
+    responses=problem_responses(400, 413, 422),
+    summary="Preview a cron expression",
+)
+def preview_schedule(
+    onbeat: OnbeatApp,
+    expression: Annotated[str, Query(min_length=1, max_length=MAX_CRON_LENGTH)],
+    timezone: Annotated[str, Query(min_length=1, max_length=MAX_TEXT)] = "UTC",
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_TEXT,
+            description="ISO-8601 with a UTC offset (send '+' as %2B); default: now.",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
+    count: Annotated[int, Query(ge=1, le=MAX_PREVIEW_COUNT)] = 10,
+) -> Preview:
+    """The next ``count`` fire times after ``after``, each flagged where a daylight-saving gap or
+    overlap moved or merged it, so a user sees what an expression does before saving it."""
+    with fields_renamed({"cron": "expression"}):
+        schedule = Schedule.parse(cron=expression, timezone=timezone)
+    start = onbeat.clock.now() if after is None else _instant(after)
+    return Preview(fire_times=[FireTimeOut.of(f) for f in schedule.fire_times(start, count)])
+
+
+def _instant(text: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        hint = " (a '+' in a query string must be sent as %2B)" if " " in text else ""
+        raise ValidationError("after", f"is not an ISO-8601 timestamp{hint}") from None
+    if parsed.utcoffset() is None:
+        raise ValidationError("after", "has no UTC offset; add one, e.g. 'Z' or '%2B02:00'")
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("after", "is out of range") from None
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+async def healthz() -> Health:
+    """The process is up and serving."""
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses=problem_responses(503),
+    summary="Readiness",
+)
+def readyz(onbeat: OnbeatApp) -> Readiness:
+    """The store answers a query. (The embedded node's delay queue is in-process, so it is
+    reachable whenever this answers.)"""
+    try:
+        onbeat.list_jobs(limit=1)
+    except Exception as exc:
+        log.warning("readiness check failed: store unreachable", exc_info=exc)
+        raise ProblemError(
+            503, "not-ready", f"the store is unreachable ({type(exc).__name__})"
+        ) from None
+    return Readiness(checks={"store": "ok"})

@@ -1,0 +1,74 @@
+"""``serve_api``: the REST API on uvicorn, inside the embedded node's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from onbeat.api.app import create_app
+from onbeat.app import App
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that shares its process: it leaves SIGINT/SIGTERM to the node (which
+    stops it through ``stop``) and reports when it listens."""
+
+    def __init__(self, config: uvicorn.Config, ready: asyncio.Event | None) -> None:
+        super().__init__(config)
+        self._ready = ready
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._ready is not None:
+            self._ready.set()
+
+
+async def serve_api(
+    onbeat_app: App,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve the API of ``onbeat_app`` on ``host:port`` in the running event loop until ``stop`` is
+    set (or the task is cancelled), then close the listener and let in-flight requests finish.
+    ``ready`` is set once the socket listens. Raises OSError if it cannot listen (port in use)."""
+    config = uvicorn.Config(
+        create_app(onbeat_app),
+        host=host,
+        port=port,
+        lifespan="off",
+        log_level="warning",
+        log_config=None,  # keep the node's logging setup
+        access_log=False,
+        # In-flight requests get as long to finish as the worker's runs do.
+        timeout_graceful_shutdown=max(1, round(onbeat_app.settings.shutdown_grace)),
+    )
+    server = _EmbeddedServer(config, ready)
+
+    async def exit_on_stop(event: asyncio.Event) -> None:
+        await event.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(exit_on_stop(stop)) if stop is not None else None
+    try:
+        await server.serve()
+    except SystemExit:
+        # uvicorn logs the bind error and exits the process; a node with other work must not.
+        raise OSError(f"onbeat API cannot listen on {host}:{port} (see the log)") from None
+    except asyncio.CancelledError:
+        if server.started:
+            server.should_exit = True
+            await server.shutdown()
+        raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
