@@ -16,8 +16,15 @@ from onbeat.audit import AuditReport, audit
 from onbeat.auth import ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import NotFoundError, ValidationError
-from onbeat.model import DeadLetter, Execution, Job, MisfirePolicy, OverlapPolicy
-from onbeat.schedule import Schedule
+from onbeat.model import (
+    DeadLetter,
+    Execution,
+    ExecutionStatus,
+    Job,
+    MisfirePolicy,
+    OverlapPolicy,
+)
+from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.settings import Settings
 from onbeat.store import Store, open_store
 from onbeat.store.base import JobChanges, NewJob
@@ -25,6 +32,9 @@ from onbeat.task import TaskFunction, TaskRegistry, validate_retry
 
 F = TypeVar("F", bound=TaskFunction)
 MAX_PARAMS_BYTES = 64 * 1024
+MAX_PARAMS_DEPTH = 64
+MAX_SECONDS = 366 * 24 * 3600.0
+"""Upper bound of every duration a job takes (timeout, jitter, backoff, catch-up window)."""
 
 
 class App:
@@ -149,11 +159,18 @@ class App:
         return self.store.job_list(**filters)
 
     def list_executions(
-        self, job_id: str, limit: int = 100, *, tenant: str | None = None
+        self,
+        job_id: str,
+        limit: int = 100,
+        *,
+        status: ExecutionStatus | None = None,
+        before_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[Execution]:
-        """The job's executions, newest fire time first, each with its attempts."""
+        """The job's executions, newest fire time first, each with its attempts; ``before_id``
+        continues a page after that execution."""
         self.get_job(job_id, tenant=tenant)
-        return self.store.execution_list(job_id, limit=limit)
+        return self.store.execution_list(job_id, status=status, before_id=before_id, limit=limit)
 
     def get_execution(self, execution_id: str, *, tenant: str | None = None) -> Execution:
         execution = self.store.execution_get(execution_id)
@@ -233,7 +250,12 @@ class App:
         if cron is not None or at is not None or timezone is not None:
             tz = timezone or job.schedule.timezone
             if cron is None and at is None:
-                cron, at = job.schedule.expression, job.schedule.at
+                if job.schedule.kind is not ScheduleKind.CRON:
+                    raise ValidationError(
+                        "timezone",
+                        "only a cron schedule has a time zone to change; give cron or at",
+                    )
+                cron = job.schedule.expression
             schedule = Schedule.parse(cron=cron, at=at, timezone=tz)
         retry = None
         if max_attempts is not None or backoff is not None or backoff_max is not None:
@@ -317,23 +339,55 @@ class App:
 
 # --- validation of what a caller submits -------------------------------------------------------
 def validate_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    """Params must survive a JSON round trip exactly (strict JSON: no NaN, no lone surrogates)
+    and stay small and shallow, so every reader of the job can decode it."""
     if params is None:
         return {}
     if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
         raise ValidationError("params", "must be a JSON object with string keys")
+    if _depth(params) > MAX_PARAMS_DEPTH:
+        raise ValidationError("params", f"is nested deeper than {MAX_PARAMS_DEPTH} levels")
     try:
-        size = len(json.dumps(params).encode())
-    except (TypeError, ValueError) as exc:
-        raise ValidationError("params", f"must be JSON-serializable ({exc})") from None
-    if size > MAX_PARAMS_BYTES:
-        raise ValidationError("params", f"is {size} bytes; the limit is {MAX_PARAMS_BYTES}")
+        encoded = json.dumps(params, allow_nan=False).encode()
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise ValidationError("params", f"must be strict JSON ({exc})") from None
+    if len(encoded) > MAX_PARAMS_BYTES:
+        raise ValidationError("params", f"is {len(encoded)} bytes; the limit is {MAX_PARAMS_BYTES}")
     return params
 
 
+def _depth(value: Any, level: int = 1) -> int:
+    if level > MAX_PARAMS_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level)
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValidationError("params", "contains a lone surrogate character") from None
+    return level
+
+
 def validate_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and not timeout > 0:
-        raise ValidationError("timeout", "must be a positive number of seconds")
+    if timeout is not None:
+        _seconds(timeout, "timeout", minimum_exclusive=True)
     return timeout
+
+
+def _seconds(value: float, field: str, minimum_exclusive: bool = False) -> float:
+    """A duration in seconds: finite, not negative (or positive), at most a year."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValidationError(field, "must be a number of seconds")
+    low_ok = value > 0 if minimum_exclusive else value >= 0
+    if not (low_ok and value <= MAX_SECONDS):
+        bound = "positive" if minimum_exclusive else "non-negative"
+        raise ValidationError(
+            field, f"must be a {bound} number of seconds, at most {MAX_SECONDS:.0f}"
+        )
+    return float(value)
 
 
 def validate_priority(priority: int) -> int:
@@ -343,9 +397,7 @@ def validate_priority(priority: int) -> int:
 
 
 def _non_negative(value: float, field: str) -> float:
-    if not value >= 0:
-        raise ValidationError(field, "must be a non-negative number of seconds")
-    return float(value)
+    return _seconds(value, field)
 
 
 E = TypeVar("E", OverlapPolicy, MisfirePolicy, Role)

@@ -21,20 +21,29 @@ class Node:
         self.scheduler = Scheduler(app.store, self.queue, app.settings, app.clock)
         self.worker = Worker(app.store, self.queue, app.registry, app.settings, app.clock)
         self.stop = asyncio.Event()
+        self.api_ready = asyncio.Event()
         app.on_submit(self.scheduler.wake)
 
-    async def run(self) -> None:
-        """Run until ``stop`` is set; the worker drains first, then the scheduler lets go of its shards."""
-        worker = asyncio.create_task(self.worker.run(self.stop))
-        scheduler = asyncio.create_task(self.scheduler.run(self.stop))
+    async def run(self, listen: tuple[str, int] | None = None) -> None:
+        """Run until ``stop`` is set, serving the REST API on ``listen`` (host, port) if given.
+        On stop the worker drains first, then the scheduler lets go of its shards."""
+        services = [self.worker.run(self.stop), self.scheduler.run(self.stop)]
+        if listen is not None:
+            from onbeat.api.server import serve_api
+
+            services.append(serve_api(self.app, *listen, ready=self.api_ready, stop=self.stop))
+        tasks = [asyncio.create_task(service) for service in services]
         try:
-            await asyncio.gather(worker, scheduler)
+            await asyncio.gather(*tasks)
         finally:
+            self.stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.queue.close()
 
 
-async def serve(app: App) -> None:
-    """Run a node until SIGINT or SIGTERM, then shut down gracefully."""
+async def serve(app: App, listen: tuple[str, int] | None = ("127.0.0.1", 8000)) -> None:
+    """Run a node until SIGINT or SIGTERM, then shut down gracefully. Prints the API's URLs once
+    it listens."""
     node = Node(app)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -45,5 +54,13 @@ async def serve(app: App) -> None:
         app.settings.queue_url,
         len(list(app.registry)),
     )
-    await node.run()
+    running = asyncio.create_task(node.run(listen))
+    if listen is not None:
+        ready = asyncio.create_task(node.api_ready.wait())
+        await asyncio.wait([running, ready], return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if node.api_ready.is_set():
+            base = f"http://{listen[0]}:{listen[1]}"
+            print(f"onbeat API: {base}/api/v1  (OpenAPI docs: {base}/docs)", flush=True)
+    await running
     log.info("onbeat node stopped")

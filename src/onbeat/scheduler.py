@@ -57,12 +57,22 @@ class Scheduler:
         self.leases = ShardLeases(self.owner, {}, frozenset())
         self.stats = SchedulerStats()
         self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.started = asyncio.Event()
         """Set once the first shard leases are held (tests and the node wait on it)."""
 
     def wake(self) -> None:
-        """Dispatch now rather than at the next poll: new work was just submitted in this process."""
-        self._wake.set()
+        """Dispatch now rather than at the next poll: new work was just submitted in this process.
+        Safe to call from any thread (the API runs App calls in a thread pool)."""
+        loop = self._loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if loop is None or on_loop:
+            self._wake.set()
+        else:
+            loop.call_soon_threadsafe(self._wake.set)
 
     async def renew_shards(self) -> None:
         self.leases = await asyncio.to_thread(
@@ -126,6 +136,7 @@ class Scheduler:
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""
         s = self.settings
+        self._loop = asyncio.get_running_loop()
         next_renew = next_sweep = next_reap = self.clock.monotonic()
         try:
             while not stop.is_set():

@@ -83,6 +83,7 @@ class TaskRegistry:
 def validate_retry(max_attempts: int, backoff: float, backoff_max: float) -> RetryPolicy:
     if not 1 <= max_attempts <= 1000:
         raise ValidationError("max_attempts", "must be between 1 and 1000")
-    if backoff < 0 or backoff_max < 0:
-        raise ValidationError("backoff", "must not be negative")
+    for field, value in (("backoff", backoff), ("backoff_max", backoff_max)):
+        if not 0 <= value <= 366 * 24 * 3600:
+            raise ValidationError(field, "must be a number of seconds from 0 to one year")
     return RetryPolicy(max_attempts, backoff, max(backoff_max, backoff))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,10 +57,20 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     }
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def start_node(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "onbeat", "up", "--app", "tests.e2e.ledger_app:app"],
+            [
+                *(sys.executable, "-m", "onbeat", "up", "--app", "tests.e2e.ledger_app:app"),
+                *("--port", str(free_port())),
+            ],
             cwd=REPO,
             env=env,
             stdout=out,

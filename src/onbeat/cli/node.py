@@ -1,27 +1,17 @@
-"""The ``onbeat`` command."""
+"""Commands that run a node or manage its store directly: ``up`` and ``keys``."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import logging
+import ipaddress
 import os
 import sys
 
 import click
 
 from onbeat.app import App
-from onbeat.errors import OnbeatError
-
-
-class _Group(click.Group):
-    """Shows onbeat's errors (bad input, unknown ids) as one line and exit status 1, not a traceback."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except OnbeatError as exc:
-            raise click.ClickException(str(exc)) from None
+from onbeat.cli import OnbeatGroup, main
 
 
 def load_app(spec: str, database_url: str | None) -> App:
@@ -47,30 +37,43 @@ def load_app(spec: str, database_url: str | None) -> App:
     return app
 
 
-@click.group(cls=_Group)
-@click.option("--log-level", default="INFO", envvar="ONBEAT_LOG_LEVEL", show_default=True)
-def main(log_level: str) -> None:
-    """onbeat: a distributed job scheduler."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-
-
 @main.command()
 @click.option(
     "--app", "app_spec", required=True, envvar="ONBEAT_APP", help="MODULE:ATTR of your App."
 )
 @click.option("--database-url", default=None, help="Overrides ONBEAT_DATABASE_URL.")
-def up(app_spec: str, database_url: str | None) -> None:
-    """Run the embedded node: scheduler and workers in one process."""
+@click.option("--host", default="127.0.0.1", envvar="ONBEAT_HOST", show_default=True)
+@click.option("--port", default=8000, type=int, envvar="ONBEAT_PORT", show_default=True)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Serve a non-loopback address although no API key exists (anyone reaching it is admin).",
+)
+@click.option("--no-api", is_flag=True, help="Run scheduler and workers only.")
+def up(
+    app_spec: str, database_url: str | None, host: str, port: int, insecure: bool, no_api: bool
+) -> None:
+    """Run the embedded node: REST API, scheduler and workers in one process."""
     from onbeat.node import serve
 
     app = load_app(app_spec, database_url)
+    if not no_api and not _is_loopback(host) and not insecure and not app.auth_enabled():
+        raise click.UsageError(
+            f"refusing to serve {host}: no API key exists, so the API would be open to anyone. "
+            "Create one with `onbeat keys create`, bind to 127.0.0.1, or pass --insecure."
+        )
     click.echo(f"onbeat up: store {app.settings.database_url}, queue {app.settings.queue_url}")
-    asyncio.run(serve(app))
+    asyncio.run(serve(app, None if no_api else (host, port)))
 
 
-@main.group(cls=_Group)
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@main.group(cls=OnbeatGroup)
 def keys() -> None:
     """Manage API keys (works on the store directly: run it where the database is reachable)."""
 
@@ -102,7 +105,9 @@ def keys_list(database_url: str | None) -> None:
     click.echo(f"{'ID':<14}{'TENANT':<24}{'ROLE':<8}{'CREATED':<34}REVOKED")
     for k in _store_app(database_url).list_api_keys():
         revoked = k.revoked_at.isoformat() if k.revoked_at else "-"
-        click.echo(f"{k.id:<14}{k.tenant:<24}{k.role.value:<8}{k.created_at.isoformat():<34}{revoked}")
+        click.echo(
+            f"{k.id:<14}{k.tenant:<24}{k.role.value:<8}{k.created_at.isoformat():<34}{revoked}"
+        )
 
 
 @keys.command("revoke")

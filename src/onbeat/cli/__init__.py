@@ -1,0 +1,34 @@
+"""The ``onbeat`` command: ``node`` holds what runs or manages a node on its store (``up``,
+``keys``); ``remote`` holds the commands that drive a running node over its REST API."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from onbeat.errors import OnbeatError
+
+
+class OnbeatGroup(click.Group):
+    """Shows onbeat's errors (bad input, unknown ids) as one line and exit status 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except OnbeatError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=OnbeatGroup)
+@click.option("--log-level", default="INFO", envvar="ONBEAT_LOG_LEVEL", show_default=True)
+def main(log_level: str) -> None:
+    """onbeat: a distributed job scheduler."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+from onbeat.cli import node  # noqa: E402,F401  (registers its commands on main)
+
+__all__ = ["OnbeatGroup", "main"]
