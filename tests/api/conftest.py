@@ -20,6 +20,7 @@ from onbeat.worker import Worker
 
 PROBLEM = "application/problem+json"
 Snapshot = dict[str, list[tuple[Any, ...]]]
+TABLES = ("jobs", "executions", "attempts", "dead_letters", "job_events", "api_keys")
 
 
 @pytest.fixture
@@ -56,12 +57,16 @@ async def run_due(app: App, clock: FakeClock) -> None:
     await queue.close()
 
 
-async def make_dead_letter(app: App, clock: FakeClock) -> str:
+async def make_dead_letter(app: App, clock: FakeClock, tenant: str = "default") -> str:
     """A job whose only attempt fails; returns the dead-lettered execution's id."""
-    job = app.schedule("fail")
+    job = app.schedule("fail", tenant=tenant)
     await run_due(app, clock)
     [execution] = app.list_executions(job.id)
     return execution.id
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def snapshot(app: App) -> Snapshot:
@@ -70,7 +75,7 @@ def snapshot(app: App) -> Snapshot:
     with closing(sqlite3.connect(path)) as db:
         return {
             table: sorted(db.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
-            for table in ("jobs", "executions", "attempts", "dead_letters")
+            for table in TABLES
         }
 
 

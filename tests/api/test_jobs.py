@@ -593,3 +593,56 @@ async def test_list_executions__cursor_of_another_job_or_list_is_400(
     assert_problem(
         await client.get(f"/jobs/{a.id}/executions", params={"status": "done"}), 422, "status"
     )
+
+
+async def test_list_executions__since_pages_every_run_from_then_on_exactly_once(
+    client: httpx.AsyncClient, onbeat_app: App, clock: FakeClock
+) -> None:
+    job = onbeat_app.schedule("echo", cron="0 * * * *")  # plans 13:00
+    for _ in range(6):
+        clock.advance(60)
+        onbeat_app.run_now(job.id)  # 12:01 .. 12:06
+    since = "2026-01-05T12:03:00Z"
+    expected = [  # newest first: 13:00, 12:06, 12:05, 12:04, 12:03
+        e.id for e in onbeat_app.list_executions(job.id) if e.scheduled_for.minute != 1
+    ][:5]
+    for limit in (1, 2, 3, 5, 6):
+        seen: list[str] = []
+        cursor: str | None = None
+        pages = 0
+        while True:
+            params: dict[str, Any] = {"since": since, "limit": limit}
+            page = (
+                await client.get(
+                    f"/jobs/{job.id}/executions",
+                    params=params | ({"cursor": cursor} if cursor else {}),
+                )
+            ).json()
+            pages += 1
+            assert len(page["items"]) == limit or page["next_cursor"] is None  # no short pages
+            seen += [e["id"] for e in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == expected, limit
+        assert pages == -(-len(expected) // limit), limit  # and no empty last page
+    at_offset = {"since": "2026-01-05T13:03:00+01:00", "status": "scheduled"}
+    page = (await client.get(f"/jobs/{job.id}/executions", params=at_offset)).json()
+    assert [e["scheduled_for"] for e in page["items"]][:2] == [
+        "2026-01-05T13:00:00Z",
+        "2026-01-05T12:06:00Z",
+    ]
+    later = {"since": "2026-01-05T14:00:00Z"}
+    assert (await client.get(f"/jobs/{job.id}/executions", params=later)).json() == {
+        "items": [],
+        "next_cursor": None,
+    }
+
+
+@pytest.mark.parametrize("since", ["2026-01-05T12:00:00", "noon", "0001-01-01T00:00:00+01:00"])
+async def test_list_executions__bad_since_is_422(
+    client: httpx.AsyncClient, onbeat_app: App, since: str
+) -> None:
+    job = onbeat_app.schedule("echo", cron="0 * * * *")
+    response = await client.get(f"/jobs/{job.id}/executions", params={"since": since})
+    assert_problem(response, 422, "since")

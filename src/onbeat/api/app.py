@@ -1,16 +1,20 @@
 """``create_app``: the REST API of one onbeat App, as a FastAPI application.
 
-Every route goes through the :class:`onbeat.App` (validation included); none writes SQL.
+Every route goes through the :class:`onbeat.App` (validation included); none writes SQL. Every
+``/api/v1`` route but the health checks needs an API key once one exists (``onbeat.api.auth``),
+and answers for the key's tenant only.
 Store calls are synchronous, so the handlers that make them are plain ``def`` functions, which
 FastAPI runs in its thread pool while the event loop keeps serving.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from fastapi import FastAPI
 
+from onbeat.api.auth import SCHEME_NAME, AuthMiddleware, is_public, is_write
 from onbeat.api.idempotency import IdempotencyKeys
 from onbeat.api.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
@@ -43,13 +47,23 @@ def create_app(
         api.include_router(module.router, prefix=API_PREFIX)
     install_problem_handlers(api)
     api.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    api.add_middleware(AuthMiddleware, onbeat=onbeat_app)  # outermost: before the body is read
     return api
 
 
 class _OnbeatAPI(FastAPI):
+    """Serves the OpenAPI document as the node enforces it right now: bearer security is
+    required on every non-public operation once an API key exists, and optional before."""
+
+    _keyless_spec: dict[str, Any] | None = None
+
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
-            self.openapi_schema = _errors_as_problems(super().openapi())
+            self.openapi_schema = _with_security(_errors_as_problems(super().openapi()))
+            self._keyless_spec = _security_optional(self.openapi_schema)
+        onbeat_app: App = self.state.onbeat
+        if self._keyless_spec is not None and not onbeat_app.auth_enabled():
+            return self._keyless_spec
         return self.openapi_schema
 
 
@@ -62,3 +76,57 @@ def _errors_as_problems(spec: dict[str, Any]) -> dict[str, Any]:
                 if status[0] in "45" and "application/json" in content:
                     content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
     return spec
+
+
+_PROBLEM_REF = {"schema": {"$ref": "#/components/schemas/Problem"}}
+_UNAUTHORIZED = {
+    "description": "No API key, or one that is malformed, unknown or revoked.",
+    "headers": {
+        "WWW-Authenticate": {
+            "description": 'The bearer challenge, e.g. `Bearer realm="onbeat"`.',
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+    "content": {PROBLEM_MEDIA_TYPE: _PROBLEM_REF},
+}
+_FORBIDDEN = {
+    "description": "The key's role may not do this (a reader key may only read).",
+    "content": {PROBLEM_MEDIA_TYPE: _PROBLEM_REF},
+}
+_SECURITY_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "An onbeat API key (`onbeat keys create --tenant NAME --role ROLE`), sent as "
+    "`Authorization: Bearer KEY`. A key sees and changes only its tenant's jobs, executions and "
+    "dead letters; a reader key may only read. While no key exists, a request without one acts "
+    "for every tenant (the node then serves loopback only); a wrong key is refused either way.",
+}
+
+
+def _with_security(spec: dict[str, Any]) -> dict[str, Any]:
+    """Declare bearer security, and the 401 (and for writes 403) it brings, on every operation
+    :class:`onbeat.api.auth.AuthMiddleware` guards: the same predicate decides both."""
+    spec.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME_NAME] = (
+        _SECURITY_SCHEME
+    )
+    for template, path in spec.get("paths", {}).items():
+        if is_public(template):
+            continue
+        for method, operation in path.items():
+            operation["security"] = [{SCHEME_NAME: []}]
+            responses = operation.setdefault("responses", {})
+            responses["401"] = copy.deepcopy(_UNAUTHORIZED)
+            if is_write(method):
+                responses["403"] = copy.deepcopy(_FORBIDDEN)
+    return spec
+
+
+def _security_optional(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` as it holds while no key exists: a request may also come without one."""
+    keyless = copy.deepcopy(spec)
+    for path in keyless.get("paths", {}).values():
+        for operation in path.values():
+            if "security" in operation:
+                operation["security"] = [{SCHEME_NAME: []}, {}]
+    return keyless

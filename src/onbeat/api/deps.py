@@ -1,14 +1,18 @@
-"""What route handlers share: the onbeat App they serve, and the paging parameters."""
+"""What route handlers share: the onbeat App they serve, the paging parameters and timestamps in
+query strings. (The caller is ``onbeat.api.auth.CallerDep``.)"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
 from onbeat.api.cursors import MAX_CURSOR_LENGTH
 from onbeat.api.idempotency import IdempotencyKeys
+from onbeat.api.schemas import MAX_TEXT
 from onbeat.app import App
+from onbeat.errors import ValidationError
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -34,3 +38,27 @@ Cursor = Annotated[
     ),
 ]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page.")]
+Timestamp = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_TEXT,
+        description="ISO-8601 with a UTC offset (send '+' as %2B).",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
+
+
+def parse_instant(field: str, text: str) -> datetime:
+    """``text`` as an aware UTC datetime; a ValidationError naming ``field`` (422) if it is not
+    ISO-8601, has no UTC offset or is out of range."""
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        hint = " (a '+' in a query string must be sent as %2B)" if " " in text else ""
+        raise ValidationError(field, f"is not an ISO-8601 timestamp{hint}") from None
+    if parsed.utcoffset() is None:
+        raise ValidationError(field, "has no UTC offset; add one, e.g. 'Z' or '%2B02:00'")
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(field, "is out of range") from None

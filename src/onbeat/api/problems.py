@@ -8,7 +8,8 @@ body (``schedule.expression``), a query or path parameter name (``cursor``) or a
 
 Status codes, used consistently: **400** the request could not be read (malformed JSON, invalid
 UTF-8, a cursor this API did not issue); **422** it was read but a value is invalid (a schema
-violation or an :class:`onbeat.errors.ValidationError`); **404** no such resource or route;
+violation or an :class:`onbeat.errors.ValidationError`); **401** no valid API key (with
+``WWW-Authenticate: Bearer``); **403** the key's role may not do this; **404** no such resource or route;
 **405** method not allowed; **409** the resource's state forbids the change; **413** body too
 large; **503** not ready.
 """
@@ -40,6 +41,8 @@ TITLES = {
     "invalid-cursor": "Invalid cursor",
     "validation": "Invalid request",
     "idempotency-key-reused": "Idempotency-Key reused with a different request",
+    "unauthorized": "Unauthorized",
+    "forbidden": "Forbidden",
     "not-found": "Not found",
     "method-not-allowed": "Method not allowed",
     "conflict": "Conflict",
@@ -122,7 +125,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` entries declaring problem documents for ``statuses``."""
     descriptions = {
         400: "Malformed request (unreadable JSON or UTF-8, or a cursor this API did not issue).",
-        404: "No such resource.",
+        404: "No such resource (or one of another tenant).",
         409: "The resource's current state forbids this change.",
         413: "Request body too large.",
         422: "A value is invalid; `errors` names each offending field.",
@@ -240,7 +243,8 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
 
 def _allowed_methods(request: Request) -> list[str]:
     methods: set[str] = set()
-    for template, operations in request.app.openapi().get("paths", {}).items():
+    spec = request.app.openapi_schema or request.app.openapi()  # the paths of every variant
+    for template, operations in spec.get("paths", {}).items():
         regex, _, _ = compile_path(template)
         if regex.match(request.url.path):
             methods.update(method.upper() for method in operations)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
+from onbeat.audit import AuditReport
 from onbeat.model import (
     Attempt,
     AttemptOutcome,
@@ -281,6 +282,24 @@ class TaskPage(Page[TaskOut]):
     pass
 
 
+class AuditOut(BaseModel):
+    job_id: str
+    since: datetime
+    until: datetime
+    expected: int = Field(
+        ge=0,
+        description="Fire times the schedule produced in [since, until], while the job was active, "
+        "under the schedule then in force.",
+    )
+    missing: list[datetime] = Field(
+        description="Expected fire times with no execution record, oldest first; empty is the "
+        "promise kept."
+    )
+    records: dict[str, int] = Field(
+        description="Execution records of schedule fires in the range, counted by status."
+    )
+
+
 class Preview(BaseModel):
     fire_times: list[FireTimeOut]
 
@@ -388,6 +407,17 @@ def dead_letter_out(dead: DeadLetter) -> DeadLetterOut:
         attempts=dead.attempts,
         last_error=dead.last_error,
         created_at=dead.created_at,
+    )
+
+
+def audit_out(job_id: str, report: AuditReport) -> AuditOut:
+    return AuditOut(
+        job_id=job_id,
+        since=report.since,
+        until=report.until,
+        expected=report.expected,
+        missing=report.missing,
+        records=report.records,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from onbeat.api.auth import CallerDep
 from onbeat.api.cursors import decode_cursor, encode_cursor
 from onbeat.api.deps import DEFAULT_LIMIT, Cursor, Limit, OnbeatApp
 from onbeat.api.problems import problem_responses
@@ -20,12 +21,12 @@ _WRITE = problem_responses(400, 404, 413, 422)
     summary="List dead letters",
 )
 def list_dead_letters(
-    onbeat: OnbeatApp, cursor: Cursor = None, limit: Limit = DEFAULT_LIMIT
+    onbeat: OnbeatApp, caller: CallerDep, cursor: Cursor = None, limit: Limit = DEFAULT_LIMIT
 ) -> DeadLetterPage:
-    """Dead letters in id order, ``limit`` per page, each with its job's task, params and last
-    error."""
+    """The caller's tenant's dead letters in id order, ``limit`` per page, each with its job's
+    task, params and last error."""
     after_id = decode_cursor("dead-letters", cursor)
-    dead = onbeat.store.dead_letter_list(after_id=after_id, limit=limit + 1)
+    dead = onbeat.list_dead_letters(limit + 1, tenant=caller.tenant, after_id=after_id)
     more = len(dead) > limit
     dead = dead[:limit]
     return DeadLetterPage(
@@ -40,10 +41,10 @@ def list_dead_letters(
     responses=_WRITE,
     summary="Replay a dead letter",
 )
-def replay_dead_letter(dead_letter_id: str, onbeat: OnbeatApp) -> ExecutionOut:
+def replay_dead_letter(dead_letter_id: str, onbeat: OnbeatApp, caller: CallerDep) -> ExecutionOut:
     """Put the execution back to run now with a fresh set of attempts (its attempt history is
     kept); the dead letter is removed."""
-    return execution_out(onbeat.replay_dead_letter(dead_letter_id))
+    return execution_out(onbeat.replay_dead_letter(dead_letter_id, tenant=caller.tenant))
 
 
 @router.delete(
@@ -53,7 +54,7 @@ def replay_dead_letter(dead_letter_id: str, onbeat: OnbeatApp) -> ExecutionOut:
     responses=_WRITE,
     summary="Drop a dead letter",
 )
-def drop_dead_letter(dead_letter_id: str, onbeat: OnbeatApp) -> Response:
+def drop_dead_letter(dead_letter_id: str, onbeat: OnbeatApp, caller: CallerDep) -> Response:
     """Remove the dead letter; the failed execution stays on record."""
-    onbeat.drop_dead_letter(dead_letter_id)
+    onbeat.drop_dead_letter(dead_letter_id, tenant=caller.tenant)
     return Response(status_code=204)

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from onbeat.api.auth import CallerDep
 from onbeat.api.cursors import decode_cursor, encode_cursor, invalid_cursor
-from onbeat.api.deps import DEFAULT_LIMIT, Cursor, IdempotencyMap, Limit, OnbeatApp
+from onbeat.api.deps import (
+    DEFAULT_LIMIT,
+    Cursor,
+    IdempotencyMap,
+    Limit,
+    OnbeatApp,
+    Timestamp,
+    parse_instant,
+)
 from onbeat.api.idempotency import MAX_KEY_LENGTH
 from onbeat.api.problems import fields_renamed, problem_responses
 from onbeat.api.schemas import (
+    AuditOut,
     ExecutionOut,
     ExecutionPage,
     JobCreate,
@@ -22,6 +33,7 @@ from onbeat.api.schemas import (
     JobPatch,
     ScheduleChange,
     ScheduleIn,
+    audit_out,
     execution_out,
     job_detail,
     job_out,
@@ -55,6 +67,7 @@ _WRITE = problem_responses(400, 404, 409, 413, 422)
 def create_job(
     body: JobCreate,
     onbeat: OnbeatApp,
+    caller: CallerDep,
     keys: IdempotencyMap,
     request: Request,
     response: Response,
@@ -69,31 +82,39 @@ def create_job(
     ] = None,
 ) -> JobOut:
     """Validate everything (task registered, schedule, zone, policies, params size), store the job
-    and its first execution, and answer with the job and its next fire times."""
+    (in the caller's tenant) and its first execution, and answer with the job and its next fire
+    times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it."""
+    tenant = caller.home_tenant
     if idempotency_key is None:
-        job = _create(onbeat, body)
+        job = _create(onbeat, body, tenant)
     else:
         fingerprint = hashlib.sha256(
             json.dumps(body.model_dump(mode="json"), sort_keys=True).encode()
         ).hexdigest()
         job_id, replayed = keys.create_once(
-            idempotency_key, fingerprint, lambda: _create(onbeat, body).id
+            tenant, idempotency_key, fingerprint, lambda: _create(onbeat, body, tenant).id
         )
-        job = onbeat.get_job(job_id)
+        job = onbeat.get_job(job_id, tenant=tenant)
         if replayed:
             response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = str(request.url_for("get_job", job_id=job.id))
     return job_out(job)
 
 
-def _create(onbeat: App, body: JobCreate) -> Job:
+def _create(onbeat: App, body: JobCreate, tenant: str) -> Job:
     cron, at = _schedule_args(body.schedule)
     options = body.model_dump(
         exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
     )
     with fields_renamed(SCHEDULE_FIELDS):
         return onbeat.schedule(
-            body.task, body.params, cron=cron, at=at, timezone=body.schedule.timezone, **options
+            body.task,
+            body.params,
+            cron=cron,
+            at=at,
+            timezone=body.schedule.timezone,
+            tenant=tenant,
+            **options,
         )
 
 
@@ -118,25 +139,29 @@ def _schedule_args(schedule: ScheduleIn) -> tuple[str | None, str | None]:
 
 # --- read -------------------------------------------------------------------------------------
 @router.get("/{job_id}", response_model=JobDetail, responses=_READ, summary="Get a job")
-def get_job(job_id: str, onbeat: OnbeatApp) -> JobDetail:
+def get_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> JobDetail:
     """The job's definition, its next fire times and its most recent executions (newest first),
     each with its attempts."""
-    job = onbeat.get_job(job_id)
-    return job_detail(job, onbeat.list_executions(job_id, limit=RECENT_EXECUTIONS))
+    job = onbeat.get_job(job_id, tenant=caller.tenant)
+    recent = onbeat.list_executions(job_id, limit=RECENT_EXECUTIONS, tenant=caller.tenant)
+    return job_detail(job, recent)
 
 
 @router.get("", response_model=JobPage, responses=_READ, summary="List jobs")
 def list_jobs(
     onbeat: OnbeatApp,
+    caller: CallerDep,
     status: JobStatus | None = None,
     task: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
 ) -> JobPage:
-    """Jobs in creation order, ``limit`` per page, optionally only those in ``status`` or of
-    ``task``."""
+    """The caller's tenant's jobs in creation order, ``limit`` per page, optionally only those in
+    ``status`` or of ``task``."""
     after_id = decode_cursor("jobs", cursor)
-    jobs = onbeat.list_jobs(status=status, task=task, after_id=after_id, limit=limit + 1)
+    jobs = onbeat.list_jobs(
+        tenant=caller.tenant, status=status, task=task, after_id=after_id, limit=limit + 1
+    )
     more = len(jobs) > limit
     jobs = jobs[:limit]
     return JobPage(
@@ -154,25 +179,34 @@ def list_jobs(
 def list_executions(
     job_id: str,
     onbeat: OnbeatApp,
+    caller: CallerDep,
     status: ExecutionStatus | None = None,
+    since: Timestamp = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
 ) -> ExecutionPage:
-    """The job's executions, newest fire time first, each with its attempts."""
-    onbeat.get_job(job_id)
+    """The job's executions, newest fire time first, each with its attempts; with ``since``, only
+    those whose fire time (``scheduled_for``) is at or after it."""
+    onbeat.get_job(job_id, tenant=caller.tenant)
+    start = None if since is None else parse_instant("since", since)
     before_id = decode_cursor("executions", cursor)
     if before_id is not None:
         # The store pages from the cursor's execution; one that is gone or of another job would
         # silently restart the listing, so it is refused instead.
         try:
-            before = onbeat.get_execution(before_id)
+            before = onbeat.get_execution(before_id, tenant=caller.tenant)
         except NotFoundError:
             raise invalid_cursor() from None
         if before.job_id != job_id:
             raise invalid_cursor()
-    executions = onbeat.store.execution_list(
-        job_id, status=status, before_id=before_id, limit=limit + 1
+    executions = onbeat.list_executions(
+        job_id, limit + 1, status=status, before_id=before_id, tenant=caller.tenant
     )
+    if start is not None:
+        # The listing is ordered by scheduled_for, newest first, so the executions at or after
+        # ``since`` are a prefix of every page: cutting the page there is exact keyset paging
+        # (a page is short only when it is the last one; nothing is skipped or repeated).
+        executions = list(itertools.takewhile(lambda e: e.scheduled_for >= start, executions))
     more = len(executions) > limit
     executions = executions[:limit]
     return ExecutionPage(
@@ -181,18 +215,46 @@ def list_executions(
     )
 
 
+@router.get(
+    "/{job_id}/audit",
+    response_model=AuditOut,
+    responses=_READ,
+    summary="Audit a job's runs",
+)
+def audit_job(
+    job_id: str,
+    onbeat: OnbeatApp,
+    caller: CallerDep,
+    since: Timestamp = None,
+    until: Timestamp = None,
+) -> AuditOut:
+    """Reconcile every fire time the job's schedule produced in [``since``, ``until``] (default:
+    from its creation until now; ``until`` is capped at now), accounting for edits and pauses,
+    against its execution records. ``missing`` lists each fire time with no record: "did the
+    3 a.m. run happen?" answered with proof; an empty list is the promise kept."""
+    start = None if since is None else parse_instant("since", since)
+    end = None if until is None else parse_instant("until", until)
+    try:
+        report = onbeat.audit(job_id, start, end, tenant=caller.tenant)
+    except OverflowError:  # a bound at the very edge of the datetime range
+        raise ValidationError("since", "is out of range") from None
+    return audit_out(job_id, report)
+
+
 # --- edit -------------------------------------------------------------------------------------
 @router.patch("/{job_id}", response_model=JobOut, responses=_WRITE, summary="Edit a job")
-def update_job(job_id: str, body: JobPatch, onbeat: OnbeatApp) -> JobOut:
+def update_job(job_id: str, body: JobPatch, onbeat: OnbeatApp, caller: CallerDep) -> JobOut:
     """Change params, schedule or policies. A new schedule cancels the job's not-yet-started
     scheduled runs (reason "superseded by a schedule change") and plans the first fire of the new
     one; a schedule equal to the current one changes nothing. Other edits apply to every run that
     starts afterwards."""
-    job = onbeat.get_job(job_id)
+    job = onbeat.get_job(job_id, tenant=caller.tenant)
     options = body.model_dump(exclude_none=True, exclude={"params", "schedule"})
     schedule = {} if body.schedule is None else _schedule_change(job, body.schedule)
     with fields_renamed(SCHEDULE_FIELDS):
-        updated = onbeat.update_job(job_id, params=body.params, **schedule, **options)
+        updated = onbeat.update_job(
+            job_id, tenant=caller.tenant, params=body.params, **schedule, **options
+        )
     return job_out(updated)
 
 
@@ -238,17 +300,17 @@ def _schedule_change(job: Job, change: ScheduleChange) -> dict[str, Any]:
 
 
 @router.post("/{job_id}/pause", response_model=JobOut, responses=_WRITE, summary="Pause a job")
-def pause_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
+def pause_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> JobOut:
     """Nothing of the job is dispatched until it is resumed; pending runs wait, running ones
     finish. Pausing a paused job changes nothing; a cancelled job is a 409."""
-    return job_out(onbeat.pause(job_id))
+    return job_out(onbeat.pause(job_id, tenant=caller.tenant))
 
 
 @router.post("/{job_id}/resume", response_model=JobOut, responses=_WRITE, summary="Resume a job")
-def resume_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
+def resume_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> JobOut:
     """Dispatch again: a pending one-shot run runs at once; a cron run whose time passed while
     paused is recorded as skipped and the next future fire is planned. A cancelled job is a 409."""
-    return job_out(onbeat.resume(job_id))
+    return job_out(onbeat.resume(job_id, tenant=caller.tenant))
 
 
 @router.post(
@@ -258,16 +320,18 @@ def resume_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
     responses=_WRITE,
     summary="Run a job now",
 )
-def run_job(job_id: str, onbeat: OnbeatApp, request: Request, response: Response) -> ExecutionOut:
+def run_job(
+    job_id: str, onbeat: OnbeatApp, caller: CallerDep, request: Request, response: Response
+) -> ExecutionOut:
     """Create an execution with trigger ``manual``, due now, subject to the job's overlap policy
     when it starts. A paused or cancelled job is a 409."""
-    execution = onbeat.run_now(job_id)
+    execution = onbeat.run_now(job_id, tenant=caller.tenant)
     response.headers["Location"] = str(request.url_for("get_execution", execution_id=execution.id))
     return execution_out(execution)
 
 
 @router.delete("/{job_id}", response_model=JobOut, responses=_WRITE, summary="Cancel a job")
-def cancel_job(job_id: str, onbeat: OnbeatApp) -> JobOut:
+def cancel_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> JobOut:
     """Make the job inactive for good: its not-yet-started executions are cancelled (kept, with a
     reason); a running one finishes but is not retried. The job stays readable."""
-    return job_out(onbeat.cancel(job_id))
+    return job_out(onbeat.cancel(job_id, tenant=caller.tenant))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from onbeat.api.deps import OnbeatApp
+from onbeat.api.deps import OnbeatApp, parse_instant
 from onbeat.api.problems import ProblemError, fields_renamed, problem_responses
 from onbeat.api.schemas import (
     MAX_TEXT,
@@ -19,7 +18,6 @@ from onbeat.api.schemas import (
     TaskPage,
     task_out,
 )
-from onbeat.errors import ValidationError
 from onbeat.schedule import MAX_CRON_LENGTH, Schedule
 
 router = APIRouter(tags=["meta"])
@@ -60,22 +58,8 @@ def preview_schedule(
     overlap moved or merged it, so a user sees what an expression does before saving it."""
     with fields_renamed({"cron": "expression"}):
         schedule = Schedule.parse(cron=expression, timezone=timezone)
-    start = onbeat.clock.now() if after is None else _instant(after)
+    start = onbeat.clock.now() if after is None else parse_instant("after", after)
     return Preview(fire_times=[FireTimeOut.of(f) for f in schedule.fire_times(start, count)])
-
-
-def _instant(text: str) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(text.strip())
-    except ValueError:
-        hint = " (a '+' in a query string must be sent as %2B)" if " " in text else ""
-        raise ValidationError("after", f"is not an ISO-8601 timestamp{hint}") from None
-    if parsed.utcoffset() is None:
-        raise ValidationError("after", "has no UTC offset; add one, e.g. 'Z' or '%2B02:00'")
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        raise ValidationError("after", "is out of range") from None
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness")
