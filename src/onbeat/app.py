@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from onbeat.audit import AuditReport, audit
-from onbeat.auth import ApiKey, Role, hash_key, new_key
+from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import (
@@ -120,7 +120,7 @@ class App:
         catchup_window: float = 3600.0,
         priority: int = 0,
         jitter: float = 0.0,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
     ) -> Job:
         """Submit a job: ``cron`` for a recurring one, ``at`` for one run at a time, neither to run
         now. Everything is validated first; on a ValidationError nothing is stored."""

@@ -60,7 +60,8 @@ def expected_fire_times(
         if not active:
             continue
         end = min(events[i + 1].at if i + 1 < len(events) else until, until)
-        fire = schedule.next_fire_after(max(event.at, since - _JUST_BEFORE))
+        start = event.at if since <= event.at else since - _JUST_BEFORE  # fires at `since` count
+        fire = schedule.next_fire_after(start)
         while fire is not None and fire <= end:
             fires.add(fire)
             if len(fires) > MAX_AUDITED_FIRES:

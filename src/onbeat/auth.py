@@ -14,6 +14,10 @@ from datetime import datetime
 from enum import StrEnum
 
 
+DEFAULT_TENANT = "default"
+"""The tenant of jobs submitted without one (the Python API, or the REST API with no keys)."""
+
+
 class Role(StrEnum):
     READER = "reader"
     """Reads jobs, executions, dead letters and tasks of its tenant."""

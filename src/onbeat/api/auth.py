@@ -31,9 +31,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, FieldError, ProblemError, problem_body
 from onbeat.app import App
-from onbeat.auth import Role
+from onbeat.auth import DEFAULT_TENANT, Role
 
-DEFAULT_TENANT = "default"
 """The tenant of jobs created while no key is configured (``App.schedule``'s default)."""
 PUBLIC_PATHS = frozenset(
     {"/api/v1/healthz", "/api/v1/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"}

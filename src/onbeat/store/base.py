@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from onbeat.auth import ApiKey
+from onbeat.auth import DEFAULT_TENANT, ApiKey
 from onbeat.model import (
     DeadLetter,
     Execution,
@@ -44,7 +44,7 @@ class NewJob:
     catchup_window: float = 3600.0
     priority: int = 0
     jitter: float = 0.0
-    tenant: str = "default"
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
