@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-
 DEFAULT_TENANT = "default"
 """The tenant of jobs submitted without one (the Python API, or the REST API with no keys)."""
 

@@ -29,6 +29,6 @@ def main(log_level: str) -> None:
     )
 
 
-from onbeat.cli import node  # noqa: E402,F401  (registers its commands on main)
+from onbeat.cli import node, remote  # noqa: E402,F401  (registers their commands on main)
 
 __all__ = ["OnbeatGroup", "main"]
