@@ -80,7 +80,8 @@ SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'que
 
 -- name: execution_dispatch_candidates
 -- Pending runs of active jobs due within the window, in the held shards: a range read on
--- executions_dispatch per shard.
+-- executions_dispatch per shard, in index order. No global ORDER BY: it would read and sort every
+-- due row before the LIMIT, under the write lock; the caller loops until a short batch anyway.
 SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
        j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
        j.timezone, j.misfire, j.catchup_window, j.jitter
@@ -89,7 +90,6 @@ WHERE e.shard IN (SELECT value FROM json_each(:shards))
   AND e.status = 'scheduled'
   AND e.due_at <= :horizon
   AND j.status IN ('active', 'completed')
-ORDER BY e.due_at
 LIMIT :limit;
 
 -- name: execution_mark_queued
