@@ -162,3 +162,37 @@ def test_crash_recovery__kill_9_loses_no_run(
     assert lost == []
     # A duplicate can only be a run the killed process held (duplicates <= runs in flight there).
     assert set(duplicates) <= held_at_kill
+
+
+def test_graceful_stop__sigterm_releases_unfinished_runs_for_an_immediate_restart(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGTERM: runs still going after the grace period are released, not left to their lease
+    (60 s here), so the restarted node runs them at once."""
+    env = {**env, "ONBEAT_LEASE_TTL": "60", "ONBEAT_SHUTDOWN_GRACE": "0.5"}
+    ledger = Path(env["ONBEAT_TEST_LEDGER"])
+    log = tmp_path / "node.log"
+    client = App(env["ONBEAT_DATABASE_URL"])
+    client.task(name="work")(lambda ctx, duration=0.3: None)
+    jobs = [client.schedule("work", {"duration": 30}) for _ in range(5)]
+    first = start_node(env, log)
+    wait_until(lambda: len(read_ledger(ledger)) >= len(jobs), 30, "all runs to start")
+    stopping = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=20) == 0, log.read_text()[-3000:]
+    assert time.monotonic() - stopping < 10
+    released = [client.list_executions(j.id)[0] for j in jobs]
+    assert all(e.status is ExecutionStatus.SCHEDULED and e.attempt == 0 for e in released)
+
+    second = start_node(env, log)
+    try:
+        wait_until(
+            lambda: sum(e["event"] == "start" for e in read_ledger(ledger)) >= 2 * len(jobs),
+            20,
+            "the released runs to start again, long before their 60 s leases would have expired",
+        )
+    finally:
+        second.send_signal(signal.SIGKILL)
+        second.wait()
+    restarted = [client.list_executions(j.id)[0] for j in jobs]
+    assert all(e.status is ExecutionStatus.RUNNING and e.attempt == 1 for e in restarted)
