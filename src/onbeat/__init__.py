@@ -1,5 +1,7 @@
 """onbeat: a distributed job scheduler for Python."""
 
+from typing import TYPE_CHECKING, Any
+
 from onbeat.app import App
 from onbeat.errors import (
     ConflictError,
@@ -24,10 +26,25 @@ from onbeat.model import (
 from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.task import TaskContext
 
+if TYPE_CHECKING:
+    from onbeat.client import AsyncClient, Client
+
+
+def __getattr__(name: str) -> Any:
+    """``Client``/``AsyncClient`` load lazily, so ``import onbeat`` does not pull in httpx."""
+    if name in ("Client", "AsyncClient"):
+        from onbeat import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'onbeat' has no attribute {name!r}")
+
+
 __all__ = [
     "App",
+    "AsyncClient",
     "Attempt",
     "AttemptOutcome",
+    "Client",
     "ConflictError",
     "DeadLetter",
     "Execution",

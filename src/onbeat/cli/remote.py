@@ -78,6 +78,8 @@ def remote(command: Callable[P, R]) -> Callable[P, R]:
             raise click.ClickException(
                 f"{exc}\nIs the node running (`onbeat up`)? Point at it with --url or ONBEAT_URL."
             ) from None
+        except ValueError as exc:  # refused by the client before sending (empty id, NaN...)
+            raise click.UsageError(str(exc)) from None
 
     options = [
         click.option(
@@ -299,12 +301,16 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
     if value is None:
         return None
     try:
-        params = json.loads(value)
-    except json.JSONDecodeError as exc:
+        params = json.loads(value, parse_constant=_no_constant)
+    except ValueError as exc:
         raise click.BadParameter(f"is not valid JSON: {exc}") from None
     if not isinstance(params, dict):
         raise click.BadParameter('must be a JSON object, e.g. \'{"to": "ops@example.com"}\'')
     return params
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _choice(values: Iterable[StrEnum]) -> click.Choice[str]:

@@ -163,7 +163,7 @@ class SQLiteStore:
         }
         with self._tx() as c:
             c.execute(Q["job_insert"], row)
-            self._event(c, job_id, JobEventKind.CREATED)
+            self._event(c, job_id, JobEventKind.CREATED, row["now"])
             if first:
                 self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
             job = _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
@@ -241,21 +241,24 @@ class SQLiteStore:
                     self._insert_executions(c, job_id, job.shard, columns["priority"], [first])
             c.execute(Q["job_update"], columns)
             if changes.schedule is not None:
-                self._event(c, job_id, JobEventKind.RESCHEDULED)
+                self._event(c, job_id, JobEventKind.RESCHEDULED, to_us(now))
             return _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
 
     def _set_status(
         self, c: sqlite3.Connection, job: Job, status: JobStatus, event: JobEventKind
     ) -> Job:
+        now_us = self._now_us()
         c.execute(
             "UPDATE jobs SET status = ?, updated_at = ? WHERE id = ?",
-            (status.value, self._now_us(), job.id),
+            (status.value, now_us, job.id),
         )
-        self._event(c, job.id, event)
+        self._event(c, job.id, event, now_us)
         return _job(c.execute(Q["job_get"], {"id": job.id}).fetchone())
 
-    def _event(self, c: sqlite3.Connection, job_id: str, kind: JobEventKind) -> None:
-        c.execute(Q["job_event_insert"], {"id": job_id, "kind": kind.value, "now": self._now_us()})
+    def _event(self, c: sqlite3.Connection, job_id: str, kind: JobEventKind, at_us: int) -> None:
+        """Record a change of the job's firing, at the same instant as the change it records (the
+        audit computes a now-job's fire time from it)."""
+        c.execute(Q["job_event_insert"], {"id": job_id, "kind": kind.value, "now": at_us})
 
     def job_pause(self, job_id: str) -> Job:
         with self._tx() as c:
