@@ -121,9 +121,14 @@ class App:
         priority: int = 0,
         jitter: float = 0.0,
         tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
     ) -> Job:
         """Submit a job: ``cron`` for a recurring one, ``at`` for one run at a time, neither to run
-        now. Everything is validated first; on a ValidationError nothing is stored."""
+        now. Everything is validated first; on a ValidationError nothing is stored.
+        ``idempotency_key``: a retried submission with the same key (within a day, same tenant)
+        returns the first job instead of creating a second."""
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
+            raise ValidationError("Idempotency-Key", "must be 1 to 255 characters")
         task = self.registry.get(task_name)
         retry = validate_retry(
             max_attempts if max_attempts is not None else task.retry.max_attempts,
@@ -142,6 +147,7 @@ class App:
             priority=validate_priority(priority),
             jitter=_non_negative(jitter, "jitter"),
             tenant=tenant,
+            idempotency_key=idempotency_key,
         )
         job = self.store.job_create(new)
         self._submitted()

@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import FastAPI
 
 from onbeat.api.auth import SCHEME_NAME, AuthMiddleware, is_public, is_write
-from onbeat.api.idempotency import IdempotencyKeys
 from onbeat.api.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
 from onbeat.api.routes import dead_letters, executions, jobs, meta
@@ -28,11 +27,10 @@ def create_app(
     onbeat_app: App,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    idempotency_capacity: int = 10_000,
 ) -> FastAPI:
     """The API for ``onbeat_app``: routes under ``/api/v1``, the OpenAPI spec at
     ``/openapi.json``, docs at ``/docs``. Request bodies over ``max_bytes`` are refused (413)
-    before they are parsed; ``idempotency_capacity`` bounds the in-memory Idempotency-Key map."""
+    before they are parsed."""
     api = _OnbeatAPI(
         title="onbeat",
         version="1",
@@ -42,7 +40,6 @@ def create_app(
         redoc_url=None,
     )
     api.state.onbeat = onbeat_app
-    api.state.idempotency_keys = IdempotencyKeys(idempotency_capacity)
     for module in (jobs, executions, dead_letters, meta):
         api.include_router(module.router, prefix=API_PREFIX)
     install_problem_handlers(api)

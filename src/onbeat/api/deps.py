@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 
 from onbeat.api.cursors import MAX_CURSOR_LENGTH
-from onbeat.api.idempotency import IdempotencyKeys
 from onbeat.api.schemas import MAX_TEXT
 from onbeat.app import App
 from onbeat.errors import ValidationError
@@ -23,13 +22,7 @@ async def _onbeat_app(request: Request) -> App:
     return app
 
 
-async def _idempotency_keys(request: Request) -> IdempotencyKeys:
-    keys: IdempotencyKeys = request.app.state.idempotency_keys
-    return keys
-
-
 OnbeatApp = Annotated[App, Depends(_onbeat_app)]
-IdempotencyMap = Annotated[IdempotencyKeys, Depends(_idempotency_keys)]
 Cursor = Annotated[
     str | None,
     Query(

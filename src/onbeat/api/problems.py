@@ -40,7 +40,6 @@ TITLES = {
     "malformed-request": "Malformed request",
     "invalid-cursor": "Invalid cursor",
     "validation": "Invalid request",
-    "idempotency-key-reused": "Idempotency-Key reused with a different request",
     "unauthorized": "Unauthorized",
     "forbidden": "Forbidden",
     "not-found": "Not found",

@@ -45,6 +45,8 @@ class NewJob:
     priority: int = 0
     jitter: float = 0.0
     tenant: str = DEFAULT_TENANT
+    idempotency_key: str | None = None
+    """With a key, a second submission under it (same tenant, within a day) returns the first job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +126,16 @@ class Store(Protocol):
 
     # --- API role -------------------------------------------------------------------------
     def job_create(self, new: NewJob) -> Job:
-        """Insert the job and its first execution in one transaction."""
+        """Insert the job and its first execution in one transaction. With an idempotency key
+        already used by the tenant, return that job instead; if the key was used for a different
+        submission, raise ValidationError naming ``Idempotency-Key``."""
         ...
 
     def job_get(self, job_id: str) -> Job | None: ...
+
+    def job_id_for_idempotency_key(self, tenant: str, key: str) -> str | None:
+        """The job a live idempotency key of ``tenant`` created, if any."""
+        ...
 
     def job_list(
         self,

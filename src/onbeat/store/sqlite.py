@@ -9,6 +9,8 @@ one file shares the machine's clock.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import sqlite3
 import threading
@@ -20,7 +22,7 @@ from typing import Any
 
 from onbeat.auth import ApiKey, Role
 from onbeat.clock import Clock, SystemClock
-from onbeat.errors import ConflictError, NotFoundError
+from onbeat.errors import ConflictError, NotFoundError, ValidationError
 from onbeat.model import (
     Attempt,
     AttemptOutcome,
@@ -61,6 +63,7 @@ from onbeat.store.base import (
 from onbeat.store.queries import load_queries, migrations
 
 Q = load_queries("sqlite")
+IDEMPOTENCY_RETENTION = timedelta(days=1)
 OVERLAP_QUEUE_RECHECK = 0.5
 """Seconds between checks of a run waiting for its predecessor under overlap=queue."""
 
@@ -162,12 +165,45 @@ class SQLiteStore:
             "now": to_us(now),
         }
         with self._tx() as c:
+            # Looked up inside the writing transaction: two concurrent retries make one job.
+            replayed = self._idempotent_job(c, new, now) if new.idempotency_key else None
+            if replayed is not None:
+                return replayed
             c.execute(Q["job_insert"], row)
+            if new.idempotency_key is not None:
+                c.execute(
+                    Q["idempotency_key_insert"],
+                    {
+                        "tenant": new.tenant,
+                        "key": new.idempotency_key,
+                        "fingerprint": _fingerprint(new),
+                        "job_id": job_id,
+                        "now": row["now"],
+                    },
+                )
             self._event(c, job_id, JobEventKind.CREATED, row["now"])
             if first:
                 self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
             job = _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
         return job
+
+    def _idempotent_job(self, c: sqlite3.Connection, new: NewJob, now: datetime) -> Job | None:
+        c.execute(Q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
+        found = c.execute(
+            Q["idempotency_key_get"], {"tenant": new.tenant, "key": new.idempotency_key}
+        ).fetchone()
+        if found is None:
+            return None
+        if found["fingerprint"] != _fingerprint(new):
+            raise ValidationError(
+                "Idempotency-Key", "was already used for a different submission; use a new key"
+            )
+        return _job(self._job_for_update(c, found["job_id"]))
+
+    def job_id_for_idempotency_key(self, tenant: str, key: str) -> str | None:
+        with self._read() as c:
+            found = c.execute(Q["idempotency_key_get"], {"tenant": tenant, "key": key}).fetchone()
+        return None if found is None else str(found["job_id"])
 
     def job_get(self, job_id: str) -> Job | None:
         with self._read() as c:
@@ -907,6 +943,12 @@ class SQLiteStore:
             ]
             self._finish(c, outcomes, now_us)
         return len(outcomes)
+
+
+def _fingerprint(new: NewJob) -> str:
+    """What a submission asks for, so that reusing its idempotency key for another is refused."""
+    described = dataclasses.asdict(dataclasses.replace(new, idempotency_key=None))
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
 
 
 # --- row mapping ------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from onbeat.errors import ConflictError, NotFoundError
+from onbeat.errors import ConflictError, NotFoundError, ValidationError
 from onbeat.model import (
     PENDING_STATUSES,
     AttemptOutcome,
@@ -250,6 +250,36 @@ class StoreContract:
     """Behaviour every ``Store`` backend owes its callers; see the module docstring."""
 
     # -- job_create, job_get, job_list, execution_list, execution_get -------------------------
+
+    def test_job_create__idempotency_key_returns_the_first_job(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        first = store.job_create(_new(idempotency_key="k-1"))
+        again = store.job_create(_new(idempotency_key="k-1"))
+        assert again.id == first.id
+        assert [j.id for j in store.job_list()] == [first.id]
+        assert len(_runs(store, first.id)) == 1
+        assert store.job_id_for_idempotency_key(first.tenant, "k-1") == first.id
+        assert store.job_id_for_idempotency_key("another-tenant", "k-1") is None
+
+    def test_job_create__idempotency_key_reused_for_another_submission_is_refused(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        store.job_create(_new(idempotency_key="k-1"))
+        with pytest.raises(ValidationError) as refused:
+            store.job_create(_new(params={"other": True}, idempotency_key="k-1"))
+        assert refused.value.field == "Idempotency-Key"
+        assert len(store.job_list()) == 1
+
+    def test_job_create__idempotency_key_is_per_tenant_and_expires_after_a_day(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        mine = store.job_create(_new(tenant="acme", idempotency_key="k"))
+        theirs = store.job_create(_new(tenant="globex", idempotency_key="k"))
+        assert mine.id != theirs.id
+        clock.advance(24 * 3600 + 1)
+        later = store.job_create(_new(tenant="acme", idempotency_key="k"))
+        assert later.id != mine.id
 
     def test_job_create__now_job_with_first_execution_due_now(
         self, store: Store, clock: FakeClock

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -14,13 +12,11 @@ from onbeat.api.cursors import decode_cursor, encode_cursor, invalid_cursor
 from onbeat.api.deps import (
     DEFAULT_LIMIT,
     Cursor,
-    IdempotencyMap,
     Limit,
     OnbeatApp,
     Timestamp,
     parse_instant,
 )
-from onbeat.api.idempotency import MAX_KEY_LENGTH
 from onbeat.api.problems import fields_renamed, problem_responses
 from onbeat.api.schemas import (
     AuditOut,
@@ -42,6 +38,8 @@ from onbeat.app import App
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
+
+MAX_KEY_LENGTH = 255
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -68,7 +66,6 @@ def create_job(
     body: JobCreate,
     onbeat: OnbeatApp,
     caller: CallerDep,
-    keys: IdempotencyMap,
     request: Request,
     response: Response,
     idempotency_key: Annotated[
@@ -85,23 +82,17 @@ def create_job(
     (in the caller's tenant) and its first execution, and answer with the job and its next fire
     times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it."""
     tenant = caller.home_tenant
-    if idempotency_key is None:
-        job = _create(onbeat, body, tenant)
-    else:
-        fingerprint = hashlib.sha256(
-            json.dumps(body.model_dump(mode="json"), sort_keys=True).encode()
-        ).hexdigest()
-        job_id, replayed = keys.create_once(
-            tenant, idempotency_key, fingerprint, lambda: _create(onbeat, body, tenant).id
-        )
-        job = onbeat.get_job(job_id, tenant=tenant)
-        if replayed:
-            response.headers["Idempotent-Replayed"] = "true"
+    seen = idempotency_key is not None and (
+        onbeat.store.job_id_for_idempotency_key(tenant, idempotency_key) is not None
+    )
+    job = _create(onbeat, body, tenant, idempotency_key)
+    if seen:
+        response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = str(request.url_for("get_job", job_id=job.id))
     return job_out(job)
 
 
-def _create(onbeat: App, body: JobCreate, tenant: str) -> Job:
+def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> Job:
     cron, at = _schedule_args(body.schedule)
     options = body.model_dump(
         exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
@@ -114,6 +105,7 @@ def _create(onbeat: App, body: JobCreate, tenant: str) -> Job:
             at=at,
             timezone=body.schedule.timezone,
             tenant=tenant,
+            idempotency_key=idempotency_key,
             **options,
         )
 

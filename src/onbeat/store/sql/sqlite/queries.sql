@@ -267,3 +267,13 @@ UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
 
 -- name: api_key_count_active
 SELECT count(*) FROM api_keys WHERE revoked_at IS NULL;
+
+-- name: idempotency_key_get
+SELECT fingerprint, job_id FROM idempotency_keys WHERE tenant = :tenant AND key = :key;
+
+-- name: idempotency_key_insert
+INSERT INTO idempotency_keys (tenant, key, fingerprint, job_id, created_at)
+VALUES (:tenant, :key, :fingerprint, :job_id, :now);
+
+-- name: idempotency_key_prune
+DELETE FROM idempotency_keys WHERE created_at < :before;

@@ -1,0 +1,69 @@
+"""The Python API over a real SQLite file, across App instances (a restart, another process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onbeat import App, TaskContext, ValidationError
+from onbeat.testing import FakeClock
+
+
+def make_app(path: Path, clock: FakeClock) -> App:
+    app = App(f"sqlite:///{path}", clock=clock)
+
+    @app.task(name="noop")
+    def noop(ctx: TaskContext, **params: Any) -> None:
+        return None
+
+    return app
+
+
+def test_app__idempotency_key_survives_a_restart(tmp_path: Path, clock: FakeClock) -> None:
+    first_app = make_app(tmp_path / "onbeat.db", clock)
+    job = first_app.schedule("noop", {"n": 1}, idempotency_key="order-42")
+    first_app.close()
+    restarted = make_app(tmp_path / "onbeat.db", clock)
+    assert restarted.schedule("noop", {"n": 1}, idempotency_key="order-42").id == job.id
+    with pytest.raises(ValidationError, match="Idempotency-Key"):
+        restarted.schedule("noop", {"n": 2}, idempotency_key="order-42")
+    assert len(restarted.list_jobs()) == 1
+    restarted.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"at": "2026-12-01T08:00:00"}, "at"),
+        ({"params": {"x": float("nan")}}, "params"),
+        ({"params": {"blob": "x" * 70_000}}, "params"),
+        ({"jitter": -1}, "jitter"),
+        ({"overlap": "sometimes"}, "overlap"),
+        ({"idempotency_key": ""}, "Idempotency-Key"),
+    ],
+)
+def test_app__bad_input_is_refused_naming_the_field_and_stores_nothing(
+    tmp_path: Path, clock: FakeClock, kwargs: dict[str, Any], field: str
+) -> None:
+    app = make_app(tmp_path / "onbeat.db", clock)
+    kept = app.schedule("noop", {"keep": True})
+    with pytest.raises(ValidationError) as refused:
+        app.schedule("noop", **kwargs)
+    assert refused.value.field == field
+    assert [j.id for j in app.list_jobs()] == [kept.id]
+    assert app.get_job(kept.id).params == {"keep": True}
+    app.close()
+
+
+def test_app__unknown_task_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+    app = make_app(tmp_path / "onbeat.db", clock)
+    with pytest.raises(ValidationError, match="unknown task 'nope'") as refused:
+        app.schedule("nope")
+    assert refused.value.field == "task"
+    assert app.list_jobs() == []
+    app.close()
