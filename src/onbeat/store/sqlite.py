@@ -284,10 +284,7 @@ class SQLiteStore:
         self, c: sqlite3.Connection, job: Job, status: JobStatus, event: JobEventKind
     ) -> Job:
         now_us = self._now_us()
-        c.execute(
-            "UPDATE jobs SET status = ?, updated_at = ? WHERE id = ?",
-            (status.value, now_us, job.id),
-        )
+        c.execute(Q["job_set_status"], {"id": job.id, "status": status.value, "now": now_us})
         self._event(c, job.id, event, now_us)
         return _job(c.execute(Q["job_get"], {"id": job.id}).fetchone())
 
@@ -343,8 +340,7 @@ class SQLiteStore:
                     )
             else:  # a one-shot run held by the pause runs now, not as a misfire
                 c.executemany(
-                    "UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now",
-                    [{"id": r["id"], "now": to_us(now)} for r in pending],
+                    Q["execution_due_now"], [{"id": r["id"], "now": to_us(now)} for r in pending]
                 )
             return self._set_status(c, job, JobStatus.ACTIVE, JobEventKind.RESUMED)
 

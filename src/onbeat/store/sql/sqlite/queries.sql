@@ -32,6 +32,13 @@ SET params = :params, schedule_kind = :schedule_kind, schedule_expression = :sch
     status = :status, next_fire_at = :next_fire_at, updated_at = :now
 WHERE id = :id;
 
+-- name: job_set_status
+UPDATE jobs SET status = :status, updated_at = :now WHERE id = :id;
+
+-- name: execution_due_now
+-- A pending run that waited on purpose (a pause) is due now, not a misfire.
+UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now;
+
 -- name: job_set_next_fire
 UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 
