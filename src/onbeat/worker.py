@@ -58,7 +58,10 @@ class Worker:
         self.owner = owner or process_name("worker")
         self.stats = WorkerStats()
         self._inflight: dict[str, tuple[int, asyncio.Task[None]]] = {}
-        """execution id -> (fencing token, the asyncio task running it)."""
+        """execution id -> (fencing token, the asyncio task running it), until its outcome is written."""
+        self._executing = 0
+        """Tasks still running: what concurrency bounds. A finished run waiting for its outcome
+        to be written holds no slot, so claiming overlaps with writing outcomes."""
         self._finished: list[Completion] = []
         self._finished_ready = asyncio.Event()
         self._slot_free = asyncio.Event()
@@ -71,7 +74,7 @@ class Worker:
     # --- claiming ---------------------------------------------------------------------------
     async def claim_once(self) -> int:
         """Claim what is due now, up to free capacity, and start it; returns how many started."""
-        free = self.settings.concurrency - len(self._inflight)
+        free = self.settings.concurrency - self._executing
         if free <= 0:
             return 0
         ids = await self.queue.claim_due(min(free, self.settings.claim_batch))
@@ -91,6 +94,8 @@ class Worker:
                 self._cancel_local(victim, "replaced by a newer run (overlap=replace)")
             token = run.execution.fencing_token
             task = asyncio.create_task(self._run(run), name=f"onbeat-run-{run.execution.id}")
+            self._executing += 1
+            task.add_done_callback(self._run_done)
             self._inflight[run.execution.id] = (token, task)
         self.stats.started += len(claim.started)
         return len(claim.started)
@@ -101,6 +106,10 @@ class Worker:
             log.warning("execution %s: stopping local run, %s", execution_id, why)
             self.stats.fenced += 1
             entry[1].cancel()
+
+    def _run_done(self, _: asyncio.Task[None]) -> None:
+        self._executing -= 1
+        self._slot_free.set()
 
     # --- running ----------------------------------------------------------------------------
     async def _run(self, run: ClaimedRun) -> None:
@@ -199,7 +208,6 @@ class Worker:
                 self.stats.succeeded += 1
             else:
                 self.stats.failed += 1
-        self._slot_free.set()
 
     async def heartbeat(self) -> None:
         """Extend every lease of this worker in one statement; stop runs whose lease was lost."""
@@ -245,7 +253,7 @@ class Worker:
                 started = 0
             if started:
                 continue
-            if len(self._inflight) >= self.settings.concurrency:
+            if self._executing >= self.settings.concurrency:
                 self._slot_free.clear()
                 await sleep_or_wake(self.clock, 1.0, self._slot_free, stop)
             else:
