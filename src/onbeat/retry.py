@@ -14,7 +14,3 @@ def backoff_delay(policy: RetryPolicy, attempt: int, rng: random.Random | None =
     """Seconds to wait before the attempt after ``attempt`` (1-based): uniform in [0, min(cap, base * 2**(attempt-1))]."""
     ceiling = min(policy.backoff_cap, policy.backoff_base * 2 ** min(max(attempt - 1, 0), 62))
     return (rng or random).uniform(0.0, ceiling)
-
-
-def attempts_left(policy: RetryPolicy, attempt: int) -> bool:
-    return attempt < policy.max_attempts

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from onbeat.clock import Clock
 from onbeat.queue.base import DelayQueue
@@ -37,7 +37,6 @@ class SchedulerStats:
     reaped: int = 0
     shards_taken: int = 0
     errors: int = 0
-    counters: dict[str, int] = field(default_factory=dict)
 
 
 class Scheduler:
