@@ -27,9 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """Complete lines only: a line being appended while we read has no newline yet."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    *complete, _partial = path.read_text().split("\n")
+    return [json.loads(line) for line in complete if line.strip()]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -64,7 +66,23 @@ def free_port() -> int:
         return port
 
 
-def start_node(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+@pytest.fixture
+def start_node() -> Iterator[Callable[[dict[str, str], Path], subprocess.Popen[bytes]]]:
+    """Starts `onbeat up` processes; any still running when the test ends is killed and reaped."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+        started.append(_spawn_node(env, log))
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def _spawn_node(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [
@@ -79,7 +97,10 @@ def start_node(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def test_crash_recovery__kill_9_loses_no_run(
-    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    start_node: Callable[[dict[str, str], Path], subprocess.Popen[bytes]],
 ) -> None:
     ledger = Path(env["ONBEAT_TEST_LEDGER"])
     log = tmp_path / "node.log"
@@ -165,7 +186,9 @@ def test_crash_recovery__kill_9_loses_no_run(
 
 
 def test_graceful_stop__sigterm_releases_unfinished_runs_for_an_immediate_restart(
-    env: dict[str, str], tmp_path: Path
+    env: dict[str, str],
+    tmp_path: Path,
+    start_node: Callable[[dict[str, str], Path], subprocess.Popen[bytes]],
 ) -> None:
     """SIGTERM: runs still going after the grace period are released, not left to their lease
     (60 s here), so the restarted node runs them at once."""
@@ -185,14 +208,12 @@ def test_graceful_stop__sigterm_releases_unfinished_runs_for_an_immediate_restar
     assert all(e.status is ExecutionStatus.SCHEDULED and e.attempt == 0 for e in released)
 
     second = start_node(env, log)
-    try:
-        wait_until(
-            lambda: sum(e["event"] == "start" for e in read_ledger(ledger)) >= 2 * len(jobs),
-            20,
-            "the released runs to start again, long before their 60 s leases would have expired",
-        )
-    finally:
-        second.send_signal(signal.SIGKILL)
-        second.wait()
+    wait_until(
+        lambda: sum(e["event"] == "start" for e in read_ledger(ledger)) >= 2 * len(jobs),
+        20,
+        "the released runs to start again, long before their 60 s leases would have expired",
+    )
+    second.send_signal(signal.SIGKILL)
+    second.wait()
     restarted = [client.list_executions(j.id)[0] for j in jobs]
     assert all(e.status is ExecutionStatus.RUNNING and e.attempt == 1 for e in restarted)
