@@ -9,11 +9,26 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from onbeat.api.problems import FieldError, ProblemError
 
 MAX_CURSOR_LENGTH = 200
 _ID = re.compile(r"[0-9A-Za-z_-]{1,100}")
+
+
+T = TypeVar("T")
+
+
+def page_of(
+    listing: str, fetched: Sequence[T], limit: int, id_of: Callable[[T], str]
+) -> tuple[list[T], str | None]:
+    """From ``limit + 1`` fetched items: the page, and the cursor of the next page (None when
+    this is the last: the extra item shows whether there is more)."""
+    page = list(fetched[:limit])
+    more = len(fetched) > limit
+    return page, encode_cursor(listing, id_of(page[-1])) if more else None
 
 
 def encode_cursor(listing: str, last_id: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from onbeat.api.auth import CallerDep
-from onbeat.api.cursors import decode_cursor, encode_cursor
+from onbeat.api.cursors import decode_cursor, page_of
 from onbeat.api.deps import DEFAULT_LIMIT, Cursor, Limit, OnbeatApp
 from onbeat.api.problems import problem_responses
 from onbeat.api.schemas import DeadLetterPage, ExecutionOut, dead_letter_out, execution_out
@@ -26,13 +26,9 @@ def list_dead_letters(
     """The caller's tenant's dead letters in id order, ``limit`` per page, each with its job's
     task, params and last error."""
     after_id = decode_cursor("dead-letters", cursor)
-    dead = onbeat.list_dead_letters(limit + 1, tenant=caller.tenant, after_id=after_id)
-    more = len(dead) > limit
-    dead = dead[:limit]
-    return DeadLetterPage(
-        items=[dead_letter_out(d) for d in dead],
-        next_cursor=encode_cursor("dead-letters", dead[-1].execution_id) if more else None,
-    )
+    fetched = onbeat.list_dead_letters(limit + 1, tenant=caller.tenant, after_id=after_id)
+    dead, next_cursor = page_of("dead-letters", fetched, limit, lambda d: d.execution_id)
+    return DeadLetterPage(items=[dead_letter_out(d) for d in dead], next_cursor=next_cursor)
 
 
 @router.post(

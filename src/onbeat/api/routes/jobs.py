@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from onbeat.api.auth import CallerDep
-from onbeat.api.cursors import decode_cursor, encode_cursor, invalid_cursor
+from onbeat.api.cursors import decode_cursor, invalid_cursor, page_of
 from onbeat.api.deps import (
     DEFAULT_LIMIT,
     Cursor,
@@ -151,15 +151,11 @@ def list_jobs(
     """The caller's tenant's jobs in creation order, ``limit`` per page, optionally only those in
     ``status`` or of ``task``."""
     after_id = decode_cursor("jobs", cursor)
-    jobs = onbeat.list_jobs(
+    fetched = onbeat.list_jobs(
         tenant=caller.tenant, status=status, task=task, after_id=after_id, limit=limit + 1
     )
-    more = len(jobs) > limit
-    jobs = jobs[:limit]
-    return JobPage(
-        items=[job_out(j) for j in jobs],
-        next_cursor=encode_cursor("jobs", jobs[-1].id) if more else None,
-    )
+    jobs, next_cursor = page_of("jobs", fetched, limit, lambda j: j.id)
+    return JobPage(items=[job_out(j) for j in jobs], next_cursor=next_cursor)
 
 
 @router.get(
@@ -199,12 +195,8 @@ def list_executions(
         # ``since`` are a prefix of every page: cutting the page there is exact keyset paging
         # (a page is short only when it is the last one; nothing is skipped or repeated).
         executions = list(itertools.takewhile(lambda e: e.scheduled_for >= start, executions))
-    more = len(executions) > limit
-    executions = executions[:limit]
-    return ExecutionPage(
-        items=[execution_out(e) for e in executions],
-        next_cursor=encode_cursor("executions", executions[-1].id) if more else None,
-    )
+    page, next_cursor = page_of("executions", executions, limit, lambda e: e.id)
+    return ExecutionPage(items=[execution_out(e) for e in page], next_cursor=next_cursor)
 
 
 @router.get(
