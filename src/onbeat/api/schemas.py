@@ -16,7 +16,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 from onbeat.audit import AuditReport
 from onbeat.model import (
-    Attempt,
     AttemptOutcome,
     DeadLetter,
     Execution,
@@ -364,37 +363,9 @@ def _job_fields(job: Job) -> dict[str, Any]:
     }
 
 
-def attempt_out(attempt: Attempt) -> AttemptOut:
-    return AttemptOut(
-        attempt=attempt.attempt,
-        worker=attempt.worker,
-        started_at=attempt.started_at,
-        finished_at=attempt.finished_at,
-        outcome=attempt.outcome,
-        error=attempt.error,
-    )
-
-
 def execution_out(execution: Execution) -> ExecutionOut:
-    return ExecutionOut(
-        id=execution.id,
-        job_id=execution.job_id,
-        trigger=execution.trigger,
-        scheduled_for=execution.scheduled_for,
-        due_at=execution.due_at,
-        status=execution.status,
-        attempt=execution.attempt,
-        priority=execution.priority,
-        lease_owner=execution.lease_owner,
-        lease_expires_at=execution.lease_expires_at,
-        result=execution.result,
-        last_error=execution.last_error,
-        reason=execution.reason,
-        created_at=execution.created_at,
-        started_at=execution.started_at,
-        finished_at=execution.finished_at,
-        attempts=[attempt_out(a) for a in execution.attempts],
-    )
+    """The execution's fields of the same names, its attempts included."""
+    return ExecutionOut.model_validate(execution, from_attributes=True)
 
 
 def dead_letter_out(dead: DeadLetter) -> DeadLetterOut:
