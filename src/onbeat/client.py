@@ -659,20 +659,38 @@ def _connection_error(exc: httpx.TransportError, url: str) -> ApiConnectionError
 
 
 # --- the methods: one description per endpoint ----------------------------------------------------
-class _Endpoint(Generic[P, T]):
-    """Makes ``build(*args) -> _Request[T]`` a method of both clients: on a :class:`Client` it
-    returns ``T``; on an :class:`AsyncClient` it is a coroutine function returning ``T``."""
+class _ClientMember:
+    """A member of both clients, built from one describing function whose name, docstring and
+    signature the bound methods carry (for help() and editors)."""
 
-    def __init__(self, build: Callable[P, _Request[T]]) -> None:
-        self._build = build
-        self.__doc__ = build.__doc__
-        self.__name__ = build.__name__
-        self._signature = inspect.signature(build).replace(
+    kind = "member"
+
+    def __init__(self, describe: Callable[..., Any]) -> None:
+        self.__doc__ = describe.__doc__
+        self.__name__ = describe.__name__
+        self._signature = inspect.signature(describe).replace(
             return_annotation=inspect.Signature.empty
         )
 
     def __repr__(self) -> str:
-        return f"<onbeat API method {self.__name__}>"
+        return f"<onbeat API {self.kind} {self.__name__}>"
+
+    def _described(self, method: Callable[..., Any]) -> Any:
+        method.__name__ = method.__qualname__ = self.__name__
+        method.__doc__ = self.__doc__
+        method.__signature__ = self._signature  # type: ignore[attr-defined]
+        return method
+
+
+class _Endpoint(_ClientMember, Generic[P, T]):
+    """Makes ``build(*args) -> _Request[T]`` a method of both clients: on a :class:`Client` it
+    returns ``T``; on an :class:`AsyncClient` it is a coroutine function returning ``T``."""
+
+    kind = "method"
+
+    def __init__(self, build: Callable[P, _Request[T]]) -> None:
+        super().__init__(build)
+        self._build = build
 
     @overload
     def __get__(self, client: None, owner: type[Any]) -> Self: ...
@@ -699,28 +717,23 @@ class _Endpoint(Generic[P, T]):
             def method(*args: P.args, **kwargs: P.kwargs) -> T:
                 return sync_client._send(build(*args, **kwargs))
 
-        return _described(method, self)
+        return self._described(method)
 
 
 PageAt = Callable[[str | None], _Request[Page[T]]]
 """The request for the page at a cursor (``None``: the first page)."""
 
 
-class _Pages(Generic[P, T]):
+class _Pages(_ClientMember, Generic[P, T]):
     """Makes ``pages(*args) -> PageAt[T]`` an iterator over every item of every page: an
     ``Iterator[T]`` on a :class:`Client`, an ``AsyncIterator[T]`` on an :class:`AsyncClient`.
     Pages are fetched as the iteration reaches them."""
 
-    def __init__(self, pages: Callable[P, PageAt[T]]) -> None:
-        self._pages = pages
-        self.__doc__ = pages.__doc__
-        self.__name__ = pages.__name__
-        self._signature = inspect.signature(pages).replace(
-            return_annotation=inspect.Signature.empty
-        )
+    kind = "iterator"
 
-    def __repr__(self) -> str:
-        return f"<onbeat API iterator {self.__name__}>"
+    def __init__(self, pages: Callable[P, PageAt[T]]) -> None:
+        super().__init__(pages)
+        self._pages = pages
 
     @overload
     def __get__(self, client: None, owner: type[Any]) -> Self: ...
@@ -758,21 +771,13 @@ class _Pages(Generic[P, T]):
                     if cursor is None:
                         return
 
-        return _described(method, self)
+        return self._described(method)
 
 
 def _next_cursor(previous: str | None, page: Page[Any]) -> str | None:
     if page.next_cursor is not None and page.next_cursor == previous:
         raise RuntimeError(f"the API returned the cursor {previous!r} again; stopping")
     return page.next_cursor
-
-
-def _described(method: Callable[..., Any], spec: _Endpoint[Any, Any] | _Pages[Any, Any]) -> Any:
-    """``method`` with the name, docstring and signature of the endpoint it calls (for help())."""
-    method.__name__ = method.__qualname__ = spec.__name__
-    method.__doc__ = spec.__doc__
-    method.__signature__ = spec._signature  # type: ignore[attr-defined]
-    return method
 
 
 class _Api:
