@@ -183,6 +183,10 @@ def test_crash_recovery__kill_9_loses_no_run(
     assert lost == []
     # A duplicate can only be a run the killed process held (duplicates <= runs in flight there).
     assert set(duplicates) <= held_at_kill
+    # The product's own audit agrees: every fire time of the cron job up to the cutoff has a record.
+    report = client.audit(cron.id, until=cutoff)
+    assert report.missing == []
+    assert report.expected == len(expected_cron_seconds)
 
 
 def test_graceful_stop__sigterm_releases_unfinished_runs_for_an_immediate_restart(
