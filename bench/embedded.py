@@ -363,6 +363,22 @@ async def stop_node(node: Node, runner: asyncio.Task[None]) -> None:
 
 
 # --- phase 1: throughput --------------------------------------------------------------------------
+def outcome_figures(
+    n: int, task_calls: int, counts: dict[str, int], timed_out: bool, node: Node
+) -> dict[str, Any]:
+    """What happened to the ``n`` runs of a phase: the database's account and the task's own."""
+    succeeded = counts.get("succeeded", 0)
+    return {
+        "task_calls": task_calls,
+        "db_succeeded": succeeded,
+        "db_other": {k: v for k, v in counts.items() if k != "succeeded"},
+        "lost": n - succeeded,
+        "duplicates": max(0, task_calls - n),
+        "timed_out": timed_out,
+        "worker_stats": vars(node.worker.stats),
+    }
+
+
 async def throughput_phase(app: App, db_path: Path, args: argparse.Namespace) -> dict[str, Any]:
     n: int = args.jobs
     counter = Counter(n, asyncio.get_running_loop())
@@ -412,13 +428,7 @@ async def throughput_phase(app: App, db_path: Path, args: argparse.Namespace) ->
         "cpu_s": round(cpu, 3),
         "cpu_us_per_exec": round(cpu / max(succeeded, 1) * 1e6, 1),
         "cpu_util": round(cpu / wall, 2),
-        "task_calls": counter.count,
-        "db_succeeded": succeeded,
-        "db_other": {k: v for k, v in counts.items() if k != "succeeded"},
-        "lost": n - succeeded,
-        "duplicates": max(0, counter.count - n),
-        "timed_out": timed_out or not flushed,
-        "worker_stats": vars(node.worker.stats),
+        **outcome_figures(n, counter.count, counts, timed_out or not flushed, node),
         "store": timer.report(wall),
         **({"sql": sql.report(succeeded)} if sql else {}),
         **monitor.report(),
@@ -522,13 +532,7 @@ async def burst_phase(app: App, db_path: Path, args: argparse.Namespace) -> dict
         ),
         "cpu_s": round(cpu, 3),
         "cpu_util": round(cpu / all_succeeded_s, 2),
-        "task_calls": counter.count,
-        "db_succeeded": succeeded,
-        "db_other": {k: v for k, v in counts.items() if k != "succeeded"},
-        "lost": n - succeeded,
-        "duplicates": max(0, counter.count - n),
-        "timed_out": timed_out or not flushed,
-        "worker_stats": vars(node.worker.stats),
+        **outcome_figures(n, counter.count, counts, timed_out or not flushed, node),
         "scheduler_dispatched": node.scheduler.stats.dispatched,
         "all_dispatched_before_due_s": (
             round(due.timestamp() - dispatched_at[0], 3) if dispatched_at else None
