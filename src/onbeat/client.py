@@ -254,6 +254,8 @@ class ExecutionInfo:
     last_error: str | None
     reason: str | None
     """Why it was skipped or cancelled, or why it waits."""
+    catchup: bool
+    """Ran although its fire time was missed: the misfire policy's catch-up run."""
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -276,6 +278,7 @@ class ExecutionInfo:
             result=doc["result"],
             last_error=doc["last_error"],
             reason=doc["reason"],
+            catchup=doc.get("catchup", False),
             created_at=_dt(doc["created_at"]),
             started_at=_opt_dt(doc["started_at"]),
             finished_at=_opt_dt(doc["finished_at"]),

@@ -154,6 +154,8 @@ class Execution:
     started_at: datetime | None
     finished_at: datetime | None
     attempts: tuple[Attempt, ...] = field(default=())
+    catchup: bool = False
+    """Runs although its fire time was missed: the misfire policy chose it as a catch-up."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Pure decisions about which executions exist: first run, next run, misfires, jitter, retries.
+"""Pure decisions about which executions exist and which start: first run, next run, misfires,
+overlap, jitter.
 
 Every store backend calls these inside its own transaction, so PostgreSQL and SQLite plan
 identically and the rules are tested once, without a database.
@@ -10,14 +11,18 @@ import hashlib
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from onbeat.model import ExecutionStatus, MisfirePolicy, Trigger
+from onbeat.model import ExecutionStatus, JobStatus, MisfirePolicy, OverlapPolicy, Trigger
 from onbeat.schedule import Schedule, ScheduleKind
 
-MAX_MISSED_RECORDED = 100_000
-"""Bound on the fire times one dispatch walks through after a long outage (every-second cron, days down)."""
+MAX_FIRES_PER_DISPATCH = 10_000
+"""Most fire times one dispatch of one execution walks through. After a long outage (an
+every-second cron down for days) the walk stops there and the job's next planned execution is the
+first fire time not yet recorded, so the next pass goes on from it: every fire time gets its record,
+in bounded transactions, and none is jumped over."""
 
 
 _id_lock = threading.Lock()
@@ -62,6 +67,8 @@ class PlannedExecution:
     status: ExecutionStatus
     trigger: Trigger = Trigger.SCHEDULE
     reason: str | None = None
+    catchup: bool = False
+    """Runs although its fire time was missed (the misfire policy chose it)."""
 
 
 def planned(
@@ -70,10 +77,11 @@ def planned(
     status: ExecutionStatus = ExecutionStatus.SCHEDULED,
     trigger: Trigger = Trigger.SCHEDULE,
     reason: str | None = None,
+    catchup: bool = False,
 ) -> PlannedExecution:
     execution_id = new_id()
     due_at = scheduled_for + jitter_offset(execution_id, jitter)
-    return PlannedExecution(execution_id, scheduled_for, due_at, status, trigger, reason)
+    return PlannedExecution(execution_id, scheduled_for, due_at, status, trigger, reason, catchup)
 
 
 def first_execution(schedule: Schedule, jitter: float, now: datetime) -> PlannedExecution | None:
@@ -85,16 +93,58 @@ def first_execution(schedule: Schedule, jitter: float, now: datetime) -> Planned
 
 
 @dataclass(frozen=True, slots=True)
+class Misfire:
+    """The misfire policy's verdict on one fire time: run it (``catchup`` when it was missed) or
+    skip it with ``reason``."""
+
+    run: bool
+    catchup: bool = False
+    reason: str | None = None
+
+
+ON_TIME = Misfire(run=True)
+
+
+def misfire_verdict(
+    policy: MisfirePolicy,
+    catchup_window: float,
+    fire: datetime,
+    late_since: datetime,
+    next_fire: datetime | None,
+    now: datetime,
+    misfire_grace: float,
+) -> Misfire:
+    """Whether a fire time runs. It is *missed* when ``late_since`` (its due time, or when it was
+    queued if later) is more than ``misfire_grace`` seconds ago. Then ``skip`` skips it; ``run_all``
+    runs it if the fire time is within ``catchup_window``; ``run_once`` runs only the most recent
+    missed fire time (``next_fire`` is not missed too), as Kubernetes CronJob and APScheduler's
+    coalesce do: the state a catch-up produces is the freshest, and the older ones are recorded as
+    covered by it."""
+    grace_line = now - timedelta(seconds=misfire_grace)
+    if late_since >= grace_line:
+        return ON_TIME
+    late = f"fire time missed by {(now - fire).total_seconds():.0f}s"
+    if policy is MisfirePolicy.RUN_ALL:
+        if fire >= now - timedelta(seconds=catchup_window):
+            return Misfire(run=True, catchup=True)
+        return Misfire(False, reason=f"misfire (run_all): {late}, outside the catch-up window")
+    if policy is MisfirePolicy.RUN_ONCE:
+        if next_fire is None or next_fire >= grace_line:
+            return Misfire(run=True, catchup=True)
+        return Misfire(False, reason=f"misfire (run_once): {late}; a later catch-up run covers it")
+    return Misfire(False, reason=f"misfire (skip): {late}")
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchPlan:
     """What dispatching one due execution of a job means.
 
-    ``run_current`` False means the current execution is skipped with ``skip_reason``.
-    ``also`` are further executions (caught-up, skipped or upcoming fire times) to insert;
-    ``next_fire`` is the job's next planned execution (status scheduled), or None.
+    ``current`` is the verdict on the execution itself; ``also`` are further executions (caught-up,
+    skipped or upcoming fire times) to insert; ``next_fire`` is the job's next planned execution
+    (status scheduled), or None.
     """
 
-    run_current: bool
-    skip_reason: str | None
+    current: Misfire
     also: list[PlannedExecution]
     next_fire: PlannedExecution | None
 
@@ -111,71 +161,195 @@ def plan_dispatch(
     now: datetime,
     window: float,
     misfire_grace: float,
+    next_recorded: datetime | None = None,
 ) -> DispatchPlan:
     """Decide the fate of an execution picked for dispatch, and of the fire times after it.
 
-    A run is *missed* when it is first dispatched more than ``misfire_grace`` seconds after its
-    ``due_at``: no scheduler was running to dispatch it. Lateness is measured from ``due_at``, which
-    a release, a replay, a resume or an overlap wait moves to "now": those runs are late on purpose.
-    Only a scheduled run's ``first_dispatch`` (not a retry, not a manual run) can be a misfire. Fire times up to ``now + window`` are dispatched in the same pass, so
-    an every-second cron never waits for the next pass.
+    Only a scheduled run's ``first_dispatch`` (not a retry, not a manual run) can be a misfire, and
+    lateness counts from ``due_at``, which a release, a replay, a resume or an overlap wait moves to
+    "now": those runs are late on purpose. Fire times up to ``now + window`` are planned in the same
+    pass, so an every-second cron never waits for the next pass; at most
+    ``MAX_FIRES_PER_DISPATCH`` of them, after which ``next_fire`` is the first one not walked.
+    ``next_recorded`` is the job's next fire time that already has a record, if any: for a run
+    planned under an earlier schedule it, not the schedule in force, says what came next.
     """
-    grace_line = now - timedelta(seconds=misfire_grace)
-    catchup_line = now - timedelta(seconds=catchup_window)
-    current_missed = first_dispatch and due_at < grace_line
-
-    def missed_reason(fire: datetime) -> str:
-        late = (now - fire).total_seconds()
-        return f"misfire ({misfire.value}): fire time missed by {late:.0f}s while no scheduler ran"
-
-    run_current, skip_reason = True, None
-    if current_missed and (
-        misfire is MisfirePolicy.SKIP
-        or (misfire is MisfirePolicy.RUN_ALL and scheduled_for < catchup_line)
-    ):
-        run_current, skip_reason = False, missed_reason(due_at)
-
+    cron = schedule.kind is ScheduleKind.CRON
+    after_current = schedule.next_fire_after(scheduled_for) if cron else None
+    current = ON_TIME
+    if first_dispatch:
+        following = next_recorded or after_current
+        current = misfire_verdict(
+            misfire, catchup_window, scheduled_for, due_at, following, now, misfire_grace
+        )
     also: list[PlannedExecution] = []
     next_fire: PlannedExecution | None = None
-    if materialize_next and schedule.kind is ScheduleKind.CRON:
+    if materialize_next and cron:
         horizon = now + timedelta(seconds=window)
-        caught_up = run_current and current_missed
-        fire = schedule.next_fire_after(scheduled_for)
-        while fire is not None and fire <= horizon and len(also) < MAX_MISSED_RECORDED:
-            missed = fire < grace_line
-            if (
-                not missed
-                or (misfire is MisfirePolicy.RUN_ALL and fire >= catchup_line)
-                or (misfire is MisfirePolicy.RUN_ONCE and not caught_up)
-            ):
-                caught_up = caught_up or missed
-                also.append(planned(fire, jitter, ExecutionStatus.QUEUED))
+        fire = after_current
+        while fire is not None and fire <= horizon and len(also) < MAX_FIRES_PER_DISPATCH:
+            following = schedule.next_fire_after(fire)
+            verdict = misfire_verdict(
+                misfire, catchup_window, fire, fire, following, now, misfire_grace
+            )
+            if verdict.run:
+                also.append(planned(fire, jitter, ExecutionStatus.QUEUED, catchup=verdict.catchup))
             else:
-                reason = missed_reason(fire)
-                if misfire is MisfirePolicy.RUN_ONCE:
-                    reason += "; covered by one catch-up run"
-                also.append(planned(fire, jitter, ExecutionStatus.SKIPPED, reason=reason))
-            fire = schedule.next_fire_after(fire)
-        if fire is not None and fire <= horizon:  # hit MAX_MISSED_RECORDED: jump to the present
-            fire = schedule.next_fire_after(grace_line)
+                also.append(planned(fire, jitter, ExecutionStatus.SKIPPED, reason=verdict.reason))
+            fire = following
         if fire is not None:
             next_fire = planned(fire, jitter)
-    return DispatchPlan(run_current, skip_reason, also, next_fire)
+    return DispatchPlan(current, also, next_fire)
 
 
 def plan_missed_while_paused(
-    schedule: Schedule, after: datetime, now: datetime, jitter: float
-) -> tuple[list[PlannedExecution], PlannedExecution | None]:
-    """On resume: every fire time after ``after`` that passed while the job was paused, recorded
-    as skipped (a skip is never silent), and the first fire time still ahead."""
+    schedule: Schedule, after: datetime, grace_line: datetime, jitter: float
+) -> tuple[list[PlannedExecution], datetime | None]:
+    """On resume: every fire time after ``after`` and before ``grace_line`` passed while the job was
+    paused and is recorded as skipped (a skip is never silent); returns them and the first fire
+    time from ``grace_line`` on, which still runs."""
     skipped: list[PlannedExecution] = []
     fire = schedule.next_fire_after(after)
-    while fire is not None and fire <= now and len(skipped) < MAX_MISSED_RECORDED:
+    while fire is not None and fire < grace_line:
         skipped.append(planned(fire, jitter, ExecutionStatus.SKIPPED, reason=PAUSED_AT_FIRE_TIME))
         fire = schedule.next_fire_after(fire)
-    if fire is not None and fire <= now:
-        fire = schedule.next_fire_after(now)
-    return skipped, (planned(fire, jitter) if fire is not None else None)
+    return skipped, fire
 
 
 PAUSED_AT_FIRE_TIME = "job was paused at its fire time"
+
+
+OVERLAP_QUEUE_RECHECK = 0.5
+"""Seconds between checks of a run waiting for a running predecessor."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCandidate:
+    """A queued execution a worker asks to start, with what the decision needs of its job."""
+
+    id: str
+    job_id: str
+    trigger: Trigger
+    attempt: int
+    catchup: bool
+    scheduled_for: datetime
+    due_at: datetime
+    queued_at: datetime | None
+    priority: int
+    job_status: JobStatus
+    overlap: OverlapPolicy
+    misfire: MisfirePolicy
+    catchup_window: float
+
+    @property
+    def late_since(self) -> datetime:
+        """Lateness counts from the later of its due time and its hand-over to the queue: a run
+        dispatched late on purpose (released, resumed, caught up) is not a misfire again."""
+        return max(self.due_at, self.queued_at) if self.queued_at else self.due_at
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRun:
+    id: str
+    started_at: datetime
+
+
+@dataclass
+class ClaimPlan:
+    start: list[ClaimCandidate] = field(default_factory=list)
+    catchup: list[str] = field(default_factory=list)
+    """Started although their fire time was missed (the misfire policy chose them)."""
+    end: list[tuple[ClaimCandidate, ExecutionStatus, str]] = field(default_factory=list)
+    defer: list[tuple[ClaimCandidate, datetime, str]] = field(default_factory=list)
+    """Back to scheduled, due again at the given time, with the reason it waits."""
+    not_due: list[ClaimCandidate] = field(default_factory=list)
+    replaced: dict[str, list[str]] = field(default_factory=dict)
+    """Newer execution id -> running executions it cancels (overlap=replace)."""
+
+
+def plan_claim(
+    candidates: Sequence[ClaimCandidate],
+    running: Mapping[str, Sequence[RunningRun]],
+    newest_missed: Mapping[str, datetime],
+    now: datetime,
+    misfire_grace: float,
+) -> ClaimPlan:
+    """Decide, for executions a worker asks to start, which start now; the one place where a run
+    starts, so the misfire and overlap policies are applied here whatever path led to it.
+
+    - **Misfire** (a schedule run's first start, late by more than ``misfire_grace``, e.g. it sat
+      in a queue lost in an outage): the job's misfire policy rules, as at dispatch; for
+      ``run_once`` only the job's most recent missed fire time runs (``newest_missed``: job id ->
+      its newest recorded fire time older than the grace line).
+    - **Overlap** is judged against the job's runs that were already running at this run's fire
+      time. A run that started *after* this one's fire time is a backlog ahead of it (a stall, a
+      catch-up, an earlier run of the same batch): this run waits for it, whatever the policy
+      (except ``allow``), so a backlog runs in fire-time order and the first catch-up does not get
+      every later fire time skipped as "overlapping". A run started in this same batch counts
+      as started now.
+    """
+    plan = ClaimPlan()
+    busy = {job_id: list(runs) for job_id, runs in running.items()}
+    backlog: dict[str, str] = {}
+    """job id -> a run of it waiting in this batch: its later fire times wait behind it."""
+    grace_line = now - timedelta(seconds=misfire_grace)
+    recheck = now + timedelta(seconds=OVERLAP_QUEUE_RECHECK)
+    for run in sorted(candidates, key=lambda r: (r.scheduled_for, r.due_at, r.id)):
+        if run.job_status is JobStatus.CANCELLED:
+            plan.end.append((run, ExecutionStatus.CANCELLED, "job cancelled"))
+            continue
+        if run.job_status is JobStatus.PAUSED:
+            plan.defer.append((run, run.due_at, "held: job paused"))
+            continue
+        if run.due_at > now:
+            plan.not_due.append(run)
+            continue
+        catchup = run.catchup
+        if (
+            run.trigger is Trigger.SCHEDULE
+            and run.attempt == 0
+            and not run.catchup
+            and run.late_since < grace_line
+        ):
+            newer = newest_missed.get(run.job_id)
+            verdict = misfire_verdict(
+                run.misfire,
+                run.catchup_window,
+                run.scheduled_for,
+                run.late_since,
+                newer if newer is not None and newer > run.scheduled_for else None,
+                now,
+                misfire_grace,
+            )
+            if not verdict.run:
+                plan.end.append((run, ExecutionStatus.SKIPPED, verdict.reason or "misfire"))
+                continue
+            catchup = verdict.catchup
+        others = busy.setdefault(run.job_id, [])
+        overlapping = [b for b in others if b.started_at < run.scheduled_for]
+        ahead = [b for b in others if b.started_at >= run.scheduled_for]
+        if run.job_id in backlog and run.overlap is not OverlapPolicy.ALLOW:
+            plan.defer.append((run, recheck, f"waiting for {backlog[run.job_id]}, an earlier fire"))
+            continue
+        if others and run.overlap is not OverlapPolicy.ALLOW:
+            if overlapping and run.overlap is OverlapPolicy.SKIP:
+                why = f"overlap=skip: execution {overlapping[0].id} of this job was still running"
+                plan.end.append((run, ExecutionStatus.SKIPPED, why))
+                continue
+            if overlapping and run.overlap is OverlapPolicy.QUEUE:
+                plan.defer.append(
+                    (run, recheck, f"overlap=queue: waiting for execution {overlapping[0].id}")
+                )
+                continue
+            if ahead:
+                why = f"waiting for execution {ahead[0].id}, which started after this fire time"
+                plan.defer.append((run, recheck, why))
+                backlog[run.job_id] = run.id
+                continue
+            if overlapping and run.overlap is OverlapPolicy.REPLACE:
+                plan.replaced[run.id] = [b.id for b in overlapping]
+                others.clear()
+        others.append(RunningRun(run.id, now))
+        plan.start.append(run)
+        if catchup and not run.catchup:
+            plan.catchup.append(run.id)
+    return plan

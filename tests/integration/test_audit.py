@@ -18,18 +18,20 @@ async def test_audit__every_fire_time_accounted_for_across_pause_and_edit(node: 
     for _ in range(3):  # fires at :10 :20 :30
         await node.step(advance=10)
     app.pause(job.id)
-    await node.step(advance=30)  # :40 :50 :00 fall inside the pause: not expected
+    # :40 :50 :00 fall inside the pause: not expected, but within misfire_grace, so they still
+    # run after the resume, in fire-time order, before :10 (none is skipped as "overlapping").
+    await node.step(advance=30)
     app.resume(job.id)
     for _ in range(2):  # :10 :20
         await node.step(advance=10)
     app.update_job(job.id, cron="*/20 * * * * *")
     for _ in range(4):  # :40 :00
         await node.step(advance=10)
+    await node.step(advance=1)
     report = app.audit(job.id)
     assert report.missing == []
     assert report.expected == 7
-    assert report.records.get("succeeded") == 7
-    assert report.records.get("skipped", 0) >= 1  # the fire held by the pause is recorded
+    assert report.records == {"succeeded": 10}
 
 
 async def test_audit__a_fire_time_without_a_record_is_reported_missing(node: Node) -> None:

@@ -86,7 +86,9 @@ async def test_engine__dead_worker_run_is_reaped_and_run_again(node: Node) -> No
     await node.scheduler.dispatch()
     dead = node.new_worker()
     ids = await node.queue.claim_due(10)
-    claim = node.app.store.execution_claim(ids, dead.owner, node.app.settings.lease_ttl)
+    claim = node.app.store.execution_claim(
+        ids, dead.owner, node.app.settings.lease_ttl, node.app.settings.misfire_grace
+    )
     assert len(claim.started) == 1  # the dead worker held it and never ran it
     await node.step(advance=5)
     assert node.calls.seen == []  # lease still valid: not taken away

@@ -225,6 +225,9 @@ class ExecutionOut(BaseModel):
     result: Any
     last_error: str | None
     reason: str | None = Field(description="Why it was skipped or cancelled, or why it waits.")
+    catchup: bool = Field(
+        description="Ran although its fire time was missed: the misfire policy's catch-up run."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

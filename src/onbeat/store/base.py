@@ -150,8 +150,10 @@ class Store(Protocol):
         ...
 
     def job_update(self, job_id: str, changes: JobChanges) -> Job:
-        """Edit a job. A new schedule cancels its not-yet-started schedule executions and plans the
-        first fire of the new one; other fields apply to every run that starts afterwards."""
+        """Edit a job. With a new schedule, the old one's fire times up to now keep their runs
+        (those a stalled scheduler never planned get one), its later ones, never due, are deleted,
+        and the new schedule's first fire time without a run becomes the job's next planned run;
+        other fields apply to every run that starts afterwards."""
         ...
 
     def job_pause(self, job_id: str) -> Job:
@@ -250,11 +252,13 @@ class Store(Protocol):
 
     # --- worker role ----------------------------------------------------------------------
     def execution_claim(
-        self, execution_ids: Sequence[str], owner: str, lease_ttl: float
+        self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
     ) -> ClaimResult:
-        """Flip queued executions to running with a lease and a new fencing token, applying the
-        overlap policy. Executions that are cancelled, paused, already running or stale are not
-        started; executions not yet due by the store's clock are handed back."""
+        """Flip queued executions to running with a lease and a new fencing token, as
+        ``plan.plan_claim`` decides: the misfire policy for first starts later than
+        ``misfire_grace``, the overlap policy against runs already running at the fire time, a
+        backlog in fire-time order. Executions that are cancelled, paused, already running or
+        stale are not started; executions not yet due by the store's clock are handed back."""
         ...
 
     def execution_heartbeat(self, owner: str, lease_ttl: float) -> dict[str, int]:

@@ -40,9 +40,12 @@ from onbeat.model import (
 )
 from onbeat.plan import (
     PAUSED_AT_FIRE_TIME,
+    ClaimCandidate,
     PlannedExecution,
+    RunningRun,
     first_execution,
     new_id,
+    plan_claim,
     plan_dispatch,
     plan_missed_while_paused,
     planned,
@@ -64,8 +67,6 @@ from onbeat.store.queries import load_queries, migrations
 
 Q = load_queries("sqlite")
 IDEMPOTENCY_RETENTION = timedelta(days=1)
-OVERLAP_QUEUE_RECHECK = 0.5
-"""Seconds between checks of a run waiting for its predecessor under overlap=queue."""
 
 
 def to_us(moment: datetime) -> int:
@@ -259,26 +260,71 @@ class SQLiteStore:
                 "now": to_us(now),
             }
             if changes.schedule is not None:
-                first = first_execution(changes.schedule, columns["jitter"], now)
+                # The old schedule was in force until now: its fire times up to now keep (or get)
+                # their records and run as planned; its future ones were never due and go.
+                self._record_fires_until(c, job, now)
                 c.execute(
-                    Q["executions_cancel_pending"],
-                    {
-                        "job_id": job_id,
-                        "trigger": Trigger.SCHEDULE.value,
-                        "reason": "superseded by a schedule change",
-                        "keep_scheduled_for": to_us(first.scheduled_for) if first else None,
-                        "now": to_us(now),
-                    },
+                    Q["executions_drop_future"],
+                    {"job_id": job_id, "after": to_us(now)},
                 )
-                columns["next_fire_at"] = to_us(first.scheduled_for) if first else None
-                if job.status is JobStatus.COMPLETED and first:
+                head = self._plan_head(
+                    c,
+                    job_id,
+                    job.shard,
+                    changes.schedule,
+                    columns["jitter"],
+                    columns["priority"],
+                    changes.schedule.first_fire(now),
+                )
+                columns["next_fire_at"] = to_us(head) if head else None
+                if job.status is JobStatus.COMPLETED and head:
                     columns["status"] = JobStatus.ACTIVE.value
-                if first:
-                    self._insert_executions(c, job_id, job.shard, columns["priority"], [first])
             c.execute(Q["job_update"], columns)
             if changes.schedule is not None:
                 self._event(c, job_id, JobEventKind.RESCHEDULED, to_us(now))
             return _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
+
+    def _record_fires_until(self, c: sqlite3.Connection, job: Job, now: datetime) -> None:
+        """Give every fire time of the job's schedule up to ``now`` its record, before the schedule
+        changes or the job is cancelled: after a stall the chain's head lies in the past and the
+        fire times after it were never planned. They are inserted as scheduled runs due at their
+        fire time, so the dispatcher applies the misfire policy to them as to any late run."""
+        head = job.next_fire_at
+        if job.schedule.kind is not ScheduleKind.CRON or head is None or head > now:
+            return
+        fires = []
+        fire = job.schedule.next_fire_after(head)
+        while fire is not None and fire <= now:
+            fires.append(planned(fire, job.jitter))
+            fire = job.schedule.next_fire_after(fire)
+        self._insert_executions(c, job.id, job.shard, job.priority, fires)
+
+    def _plan_head(
+        self,
+        c: sqlite3.Connection,
+        job_id: str,
+        shard: int,
+        schedule: Schedule,
+        jitter: float,
+        priority: int,
+        fire: datetime | None,
+    ) -> datetime | None:
+        """Make the first fire time from ``fire`` on that has no started or finished run the job's
+        next planned run (status scheduled), and return it. A fire time that already has a queued,
+        running or final run is taken care of, so the chain goes on after it; inserting blindly
+        (ON CONFLICT DO NOTHING) would leave the job with no planned run, silent for good."""
+        while fire is not None:
+            row = c.execute(
+                Q["execution_schedule_run_at"], {"job_id": job_id, "scheduled_for": to_us(fire)}
+            ).fetchone()
+            if row is None:
+                run = planned(fire, jitter if schedule.kind is ScheduleKind.CRON else 0.0)
+                self._insert_executions(c, job_id, shard, priority, [run])
+                return fire
+            if row["status"] == ExecutionStatus.SCHEDULED.value:
+                return fire
+            fire = schedule.next_fire_after(fire)
+        return None
 
     def _set_status(
         self, c: sqlite3.Connection, job: Job, status: JobStatus, event: JobEventKind
@@ -322,19 +368,24 @@ class SQLiteStore:
                 ]
                 if stale:
                     self._end_pending(c, stale, ExecutionStatus.SKIPPED, PAUSED_AT_FIRE_TIME)
-                    skipped, nxt = plan_missed_while_paused(
+                    skipped, after_grace = plan_missed_while_paused(
                         job.schedule,
                         from_us(max(r["scheduled_for"] for r in stale)),
-                        now,
+                        from_us(grace_line),
                         job.jitter,
                     )
-                    runs = [*skipped, *([nxt] if nxt else [])]
-                    self._insert_executions(c, job_id, job.shard, job.priority, runs)
+                    self._insert_executions(c, job_id, job.shard, job.priority, skipped)
+                    head = job.next_fire_at
+                    if head is None or to_us(head) < grace_line:
+                        head = after_grace
+                    head = self._plan_head(
+                        c, job_id, job.shard, job.schedule, job.jitter, job.priority, head
+                    )
                     c.execute(
                         Q["job_set_next_fire"],
                         {
                             "id": job_id,
-                            "next_fire_at": to_us(nxt.scheduled_for) if nxt else None,
+                            "next_fire_at": to_us(head) if head else None,
                             "now": to_us(now),
                         },
                     )
@@ -347,15 +398,11 @@ class SQLiteStore:
     def job_cancel(self, job_id: str) -> Job:
         with self._tx() as c:
             job = _job(self._job_for_update(c, job_id))
+            if job.status is not JobStatus.CANCELLED:
+                self._record_fires_until(c, job, self.now())
             c.execute(
                 Q["executions_cancel_pending"],
-                {
-                    "job_id": job_id,
-                    "trigger": None,
-                    "reason": "job cancelled",
-                    "keep_scheduled_for": None,
-                    "now": self._now_us(),
-                },
+                {"job_id": job_id, "reason": "job cancelled", "now": self._now_us()},
             )
             return self._set_status(c, job, JobStatus.CANCELLED, JobEventKind.CANCELLED)
 
@@ -403,6 +450,7 @@ class SQLiteStore:
                     "status": run.status.value,
                     "priority": priority,
                     "reason": run.reason,
+                    "catchup": run.catchup,
                     "now": now,
                 }
                 for job_id, shard, priority, run in planned_runs
@@ -617,9 +665,10 @@ class SQLiteStore:
                 },
             ).fetchall()
             to_queue: list[str] = []
+            catchups: list[str] = []
             to_skip: list[tuple[sqlite3.Row, str]] = []
             new_runs: list[tuple[str, int, int, PlannedExecution]] = []
-            next_fires: list[dict[str, Any]] = []
+            next_fires: dict[str, tuple[sqlite3.Row, PlannedExecution]] = {}
             for r in rows:
                 first_dispatch = r["attempt"] == 0 and r["trigger"] == Trigger.SCHEDULE.value
                 plan = plan_dispatch(
@@ -634,34 +683,49 @@ class SQLiteStore:
                     now=now,
                     window=params.window,
                     misfire_grace=params.misfire_grace,
+                    next_recorded=_opt_dt(r["next_recorded"]),
                 )
-                if plan.run_current:
+                if plan.current.run:
                     to_queue.append(r["id"])
+                    if plan.current.catchup:
+                        catchups.append(r["id"])
                     out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
                 else:
-                    to_skip.append((r, plan.skip_reason or "skipped"))
-                runs = [*plan.also, *([plan.next_fire] if plan.next_fire else [])]
-                new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in runs)
+                    to_skip.append((r, plan.current.reason or "skipped"))
+                new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in plan.also)
                 if plan.next_fire is not None:
-                    next_fires.append(
-                        {
-                            "id": r["job_id"],
-                            "next_fire_at": to_us(plan.next_fire.scheduled_for),
-                            "now": now_us,
-                        }
-                    )
-            c.execute(Q["execution_mark_queued"], {"ids": json.dumps(to_queue)})
+                    next_fires[r["job_id"]] = (r, plan.next_fire)
+            c.execute(Q["execution_mark_queued"], {"ids": json.dumps(to_queue), "now": now_us})
+            if catchups:
+                c.execute(Q["execution_mark_catchup"], {"ids": json.dumps(catchups)})
             if to_skip:
                 self._end_pending(
                     c, [r for r, _ in to_skip], ExecutionStatus.SKIPPED, [w for _, w in to_skip]
                 )
-            inserted = self._insert_planned(c, new_runs)
+            heads = [
+                (r["job_id"], r["shard"], r["priority"], run) for r, run in next_fires.values()
+            ]
+            inserted = self._insert_planned(c, [*new_runs, *heads])
             out.extend(
                 QueueItem(run.id, run.due_at, priority)
                 for _, _, priority, run in new_runs
                 if run.status is ExecutionStatus.QUEUED and run.id in inserted
             )
-            c.executemany(Q["job_set_next_fire"], next_fires)
+            head_updates = []
+            for r, run in next_fires.values():
+                head: datetime | None = run.scheduled_for
+                if run.id not in inserted:  # the fire time has a run already: plan past it
+                    head = self._plan_head(
+                        c, r["job_id"], r["shard"], _schedule(r), r["jitter"], r["priority"], head
+                    )
+                head_updates.append(
+                    {
+                        "id": r["job_id"],
+                        "next_fire_at": to_us(head) if head else None,
+                        "now": now_us,
+                    }
+                )
+            c.executemany(Q["job_set_next_fire"], head_updates)
         return out
 
     def execution_sweep(
@@ -705,61 +769,61 @@ class SQLiteStore:
 
     # --- worker role ------------------------------------------------------------------------
     def execution_claim(
-        self, execution_ids: Sequence[str], owner: str, lease_ttl: float
+        self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
     ) -> ClaimResult:
-        """Decide each run in Python (overlap, pause, due), then write the decisions in batches."""
-        now_us = self._now_us()
-        not_due: list[QueueItem] = []
-        to_start: list[sqlite3.Row] = []
-        to_end: list[tuple[sqlite3.Row, ExecutionStatus, str]] = []
-        to_defer: list[dict[str, Any]] = []
-        replaced: dict[str, list[str]] = {}
+        """Decide each run with ``plan_claim`` (pause, due, misfire, overlap), then write the
+        decisions in batches."""
+        now = self.now()
+        now_us = to_us(now)
         with self._tx() as c:
-            rows = c.execute(
-                Q["execution_claim_candidates"], {"ids": json.dumps(list(execution_ids))}
-            ).fetchall()
-            rows = [r for r in rows if r["status"] == ExecutionStatus.QUEUED.value]
-            running: dict[str, list[str]] = {}
-            for r in c.execute(
-                Q["execution_running_of_jobs"],
-                {"job_ids": json.dumps(sorted({r["job_id"] for r in rows}))},
-            ):
-                running.setdefault(r["job_id"], []).append(r["id"])
-            for r in sorted(rows, key=lambda r: (r["due_at"], r["id"])):
-                job_status = JobStatus(r["job_status"])
-                busy = running.setdefault(r["job_id"], [])
-                overlap = OverlapPolicy(r["overlap"])
-                if job_status is JobStatus.CANCELLED:
-                    to_end.append((r, ExecutionStatus.CANCELLED, "job cancelled"))
-                elif job_status is JobStatus.PAUSED:
-                    to_defer.append(
-                        {"id": r["id"], "due_at": r["due_at"], "reason": "held: job paused"}
-                    )
-                elif r["due_at"] > now_us:
-                    not_due.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
-                elif busy and overlap is OverlapPolicy.SKIP:
-                    why = f"overlap=skip: execution {busy[0]} of this job was still running"
-                    to_end.append((r, ExecutionStatus.SKIPPED, why))
-                elif busy and overlap is OverlapPolicy.QUEUE:
-                    to_defer.append(
-                        {
-                            "id": r["id"],
-                            "due_at": now_us + int(OVERLAP_QUEUE_RECHECK * 1_000_000),
-                            "reason": f"overlap=queue: waiting for execution {busy[0]}",
-                        }
-                    )
-                else:
-                    if busy and overlap is OverlapPolicy.REPLACE:
-                        replaced[r["id"]] = list(busy)
-                        busy.clear()
-                    busy.append(r["id"])
-                    to_start.append(r)
+            rows = {
+                r["id"]: r
+                for r in c.execute(
+                    Q["execution_claim_candidates"], {"ids": json.dumps(list(execution_ids))}
+                )
+                if r["status"] == ExecutionStatus.QUEUED.value
+            }
+            job_ids = json.dumps(sorted({r["job_id"] for r in rows.values()}))
+            running: dict[str, list[RunningRun]] = {}
+            for r in c.execute(Q["execution_running_of_jobs"], {"job_ids": job_ids}):
+                running.setdefault(r["job_id"], []).append(
+                    RunningRun(r["id"], from_us(r["started_at"]))
+                )
+            grace_line = to_us(now - timedelta(seconds=misfire_grace))
+            late_jobs = sorted(
+                {r["job_id"] for r in rows.values() if (r["queued_at"] or 0) < grace_line}
+            )
+            newest_missed = {
+                r["job_id"]: from_us(r["newest"])
+                for r in c.execute(
+                    Q["execution_newest_missed_of_jobs"],
+                    {"job_ids": json.dumps(late_jobs), "grace_line": grace_line},
+                )
+            }
+            plan = plan_claim(
+                [_claim_candidate(r) for r in rows.values()],
+                running,
+                newest_missed,
+                now,
+                misfire_grace,
+            )
             for status in (ExecutionStatus.CANCELLED, ExecutionStatus.SKIPPED):
-                group = [(r, why) for r, st, why in to_end if st is status]
+                group = [(rows[run.id], why) for run, st, why in plan.end if st is status]
                 if group:
                     self._end_pending(c, [r for r, _ in group], status, [w for _, w in group])
-            c.executemany(Q["execution_defer"], to_defer)
-            self._replace(c, replaced, now_us)
+            c.executemany(
+                Q["execution_defer"],
+                [
+                    {"id": run.id, "due_at": to_us(due), "reason": why}
+                    for run, due, why in plan.defer
+                ],
+            )
+            self._replace(c, plan.replaced, now_us)
+            if plan.catchup:
+                c.execute(Q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})
+            to_start = [rows[run.id] for run in plan.start]
+            not_due = [QueueItem(run.id, run.due_at, run.priority) for run in plan.not_due]
+            replaced = plan.replaced
             started = c.execute(
                 Q["execution_start_many"],
                 {
@@ -941,6 +1005,24 @@ class SQLiteStore:
         return len(outcomes)
 
 
+def _claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
+    return ClaimCandidate(
+        id=r["id"],
+        job_id=r["job_id"],
+        trigger=Trigger(r["trigger"]),
+        attempt=r["attempt"],
+        catchup=bool(r["catchup"]),
+        scheduled_for=from_us(r["scheduled_for"]),
+        due_at=from_us(r["due_at"]),
+        queued_at=_opt_dt(r["queued_at"]),
+        priority=r["priority"],
+        job_status=JobStatus(r["job_status"]),
+        overlap=OverlapPolicy(r["overlap"]),
+        misfire=MisfirePolicy(r["misfire"]),
+        catchup_window=r["catchup_window"],
+    )
+
+
 def _fingerprint(new: NewJob) -> str:
     """What a submission asks for, so that reusing its idempotency key for another is refused."""
     described = dataclasses.asdict(dataclasses.replace(new, idempotency_key=None))
@@ -1059,4 +1141,5 @@ def _execution(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
         started_at=_opt_dt(r["started_at"]),
         finished_at=_opt_dt(r["finished_at"]),
         attempts=attempts,
+        catchup=bool(r["catchup"]),
     )

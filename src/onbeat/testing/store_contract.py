@@ -184,7 +184,7 @@ def _ids(items: Iterable[QueueItem | Execution | ClaimedRun]) -> set[str]:
 def _claim(
     store: Store, execution_id: str, owner: str = WORKER, ttl: float = RUN_TTL
 ) -> ClaimedRun:
-    result = store.execution_claim([execution_id], owner, ttl)
+    result = store.execution_claim([execution_id], owner, ttl, GRACE)
     assert len(result.started) == 1, result
     return result.started[0]
 
@@ -694,7 +694,7 @@ class StoreContract:
         )
         before = _only_run(store, job.id)
         _dispatch(store)
-        result = store.execution_claim([before.id], WORKER, 25.0)
+        result = store.execution_claim([before.id], WORKER, 25.0, GRACE)
         assert result.not_due == []
         [run] = result.started
         assert (run.task, run.params, run.timeout, run.retry) == (
@@ -727,7 +727,7 @@ class StoreContract:
     ) -> None:
         ids = [_only_run(store, store.job_create(_new()).id).id for _ in range(3)]
         _dispatch(store)
-        result = store.execution_claim([*ids, "no-such-execution"], WORKER, RUN_TTL)
+        result = store.execution_claim([*ids, "no-such-execution"], WORKER, RUN_TTL, GRACE)
         assert _ids(result.started) == set(ids)
         tokens = {r.execution.id: r.execution.fencing_token for r in result.started}
         assert store.execution_heartbeat(WORKER, RUN_TTL) == tokens
@@ -737,7 +737,7 @@ class StoreContract:
     ) -> None:
         run = _start(store)
         for owner in (WORKER, OTHER_WORKER):
-            result = store.execution_claim([run.execution.id], owner, RUN_TTL)
+            result = store.execution_claim([run.execution.id], owner, RUN_TTL, GRACE)
             assert result.started == []
             assert result.not_due == []
         stored = _get(store, run.execution.id)
@@ -749,7 +749,7 @@ class StoreContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         run = _only_run(store, store.job_create(_new()).id)
-        result = store.execution_claim([run.id], WORKER, RUN_TTL)
+        result = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE)
         assert result.started == []
         assert _get(store, run.id).status is ExecutionStatus.SCHEDULED
 
@@ -759,7 +759,7 @@ class StoreContract:
         job = store.job_create(_once(_at(clock, 5), priority=2))
         run = _only_run(store, job.id)
         assert _ids(_dispatch(store)) == {run.id}
-        result = store.execution_claim([run.id], WORKER, RUN_TTL)
+        result = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE)
         assert result.started == []
         assert result.not_due == [QueueItem(run.id, run.due_at, 2)]
         assert _get(store, run.id).status is ExecutionStatus.QUEUED
@@ -773,7 +773,7 @@ class StoreContract:
         run = _only_run(store, job.id)
         _dispatch(store)
         store.job_pause(job.id)
-        assert store.execution_claim([run.id], WORKER, RUN_TTL).started == []
+        assert store.execution_claim([run.id], WORKER, RUN_TTL, GRACE).started == []
         assert _get(store, run.id).status in PENDING_STATUSES
         assert _get(store, run.id).attempts == ()
         clock.advance(1)
@@ -791,7 +791,7 @@ class StoreContract:
         run = _only_run(store, job.id)
         _dispatch(store)
         store.job_cancel(job.id)
-        assert store.execution_claim([run.id], WORKER, RUN_TTL).started == []
+        assert store.execution_claim([run.id], WORKER, RUN_TTL, GRACE).started == []
         stored = _get(store, run.id)
         assert stored.status is ExecutionStatus.CANCELLED
         assert stored.reason
@@ -808,7 +808,7 @@ class StoreContract:
         clock.advance(1)
         second = store.job_run_now(first.execution.job_id)
         assert second.id in _ids(_dispatch(store))
-        started = store.execution_claim([second.id], OTHER_WORKER, RUN_TTL).started
+        started = store.execution_claim([second.id], OTHER_WORKER, RUN_TTL, GRACE).started
         return first, second, started
 
     def test_execution_claim__overlap_skip_records_skip(
@@ -1242,7 +1242,7 @@ class StoreContract:
             assert stored.status is ExecutionStatus.CANCELLED, run
             assert stored.reason
         assert _pending(store, job.id) == []
-        assert store.execution_claim([r.id for r in pending], WORKER, RUN_TTL).started == []
+        assert store.execution_claim([r.id for r in pending], WORKER, RUN_TTL, GRACE).started == []
         clock.advance(120)
         assert _dispatch(store) == []
         assert _pending(store, job.id) == []
@@ -1349,16 +1349,14 @@ class StoreContract:
         new_fire = clock.now().replace(minute=5, second=0)
         assert updated.schedule.expression == "*/5 * * * *"
         assert updated.next_fire_at == new_fire
-        for run in old:
-            stored = _get(store, run.id)
-            assert stored.status is ExecutionStatus.CANCELLED
-            assert stored.reason
+        for run in old:  # fire times of the old schedule after the edit were never due
+            assert store.execution_get(run.id) is None
         pending = _pending(store, job.id)
         assert {(r.trigger, r.scheduled_for) for r in pending} == {
             (Trigger.SCHEDULE, new_fire),
             (Trigger.MANUAL, manual.scheduled_for),
         }
-        assert store.execution_claim(list(_ids(old)), WORKER, RUN_TTL).started == []
+        assert store.execution_claim(list(_ids(old)), WORKER, RUN_TTL, GRACE).started == []
 
     def test_job_update__new_schedule_with_same_first_fire_keeps_a_pending_run(
         self, store: Store, clock: FakeClock
@@ -1496,12 +1494,12 @@ class StoreContract:
         clock.advance(60)
         _dispatch(store)
         [second] = [r for r in _pending(store, job.id) if r.scheduled_for == clock.now()]
-        assert store.execution_claim([second.id], OTHER_WORKER, RUN_TTL).started == []
+        assert store.execution_claim([second.id], OTHER_WORKER, RUN_TTL, GRACE).started == []
         for _ in range(int(GRACE * 2 / 5)):  # the predecessor runs on for two more minutes
             clock.advance(5)
             store.execution_heartbeat(WORKER, RUN_TTL)
             waiting = [i.execution_id for i in _dispatch(store)]
-            assert store.execution_claim(waiting, OTHER_WORKER, RUN_TTL).started == []
+            assert store.execution_claim(waiting, OTHER_WORKER, RUN_TTL, GRACE).started == []
         assert store.execution_finish_many([_ok(first)]) == [first.execution.id]
         clock.advance(1)
         _dispatch(store)
@@ -1518,7 +1516,7 @@ class StoreContract:
         clock.advance(60)
         [scheduled] = [r for r in _pending(store, job.id) if r.trigger is Trigger.SCHEDULE]
         assert scheduled.id in _ids(_dispatch(store))
-        assert store.execution_claim([scheduled.id], OTHER_WORKER, RUN_TTL).started == []
+        assert store.execution_claim([scheduled.id], OTHER_WORKER, RUN_TTL, GRACE).started == []
         assert _get(store, scheduled.id).status is ExecutionStatus.SKIPPED
         assert _job(store, job.id).status is JobStatus.COMPLETED
 
@@ -1582,7 +1580,7 @@ class StoreFencingMachine(RuleBasedStateMachine):
         eid = self.ids[run]
         before = _get(self.store, eid)
         now = self.clock.now()
-        result = self.store.execution_claim([eid], worker, RUN_TTL)
+        result = self.store.execution_claim([eid], worker, RUN_TTL, GRACE)
         due = before.status is ExecutionStatus.QUEUED and before.due_at <= now
         assert _ids(result.started) == ({eid} if due else set())
         not_yet = before.status is ExecutionStatus.QUEUED and before.due_at > now
@@ -1733,7 +1731,7 @@ class StoreFencingMachine(RuleBasedStateMachine):
             _reap(self.store)
             _dispatch(self.store)
             queued = [e.id for e in self._all().values() if e.status is ExecutionStatus.QUEUED]
-            self.store.execution_claim(queued, "worker-doomed", RUN_TTL)
+            self.store.execution_claim(queued, "worker-doomed", RUN_TTL, GRACE)
         final = self._all()
         assert all(e.status.is_final for e in final.values()), {
             eid: e.status for eid, e in final.items()

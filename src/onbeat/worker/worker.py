@@ -82,7 +82,11 @@ class Worker:
             return 0
         try:
             claim = await asyncio.to_thread(
-                self.store.execution_claim, ids, self.owner, self.settings.lease_ttl
+                self.store.execution_claim,
+                ids,
+                self.owner,
+                self.settings.lease_ttl,
+                self.settings.misfire_grace,
             )
         except Exception:
             log.exception("claim failed; the sweep will re-enqueue these runs")

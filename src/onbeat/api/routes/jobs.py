@@ -228,10 +228,10 @@ def audit_job(
 # --- edit -------------------------------------------------------------------------------------
 @router.patch("/{job_id}", response_model=JobOut, responses=_WRITE, summary="Edit a job")
 def update_job(job_id: str, body: JobPatch, onbeat: OnbeatApp, caller: CallerDep) -> JobOut:
-    """Change params, schedule or policies. A new schedule cancels the job's not-yet-started
-    scheduled runs (reason "superseded by a schedule change") and plans the first fire of the new
-    one; a schedule equal to the current one changes nothing. Other edits apply to every run that
-    starts afterwards."""
+    """Change params, schedule or policies. A new schedule takes over from now: the old one's fire
+    times up to now keep their runs, its later planned runs are removed, and the new one's first
+    fire time is planned; a schedule equal to the current one changes nothing. Other edits apply
+    to every run that starts afterwards."""
     job = onbeat.get_job(job_id, tenant=caller.tenant)
     options = body.model_dump(exclude_none=True, exclude={"params", "schedule"})
     schedule = {} if body.schedule is None else _schedule_change(job, body.schedule)

@@ -50,9 +50,10 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND schedule_kind != 'cron' AND 
 -- name: execution_insert
 -- Idempotent on (job_id, scheduled_for, trigger): two schedulers planning the same fire insert one row.
 INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,
-                        reason, created_at, finished_at)
+                        reason, catchup, created_at, queued_at, finished_at)
 VALUES (:id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
-        :reason, :now, CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END)
+        :reason, :catchup, :now, CASE WHEN :status = 'queued' THEN :now END,
+        CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END)
 ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
 
 -- name: executions_existing
@@ -74,13 +75,22 @@ SELECT * FROM attempts WHERE execution_id IN (SELECT value FROM json_each(:ids))
 ORDER BY started_at, fencing_token;
 
 -- name: executions_cancel_pending
--- Tombstone a job's runs that have not started (cancel; or a schedule edit, for schedule runs
--- other than the one at :keep_scheduled_for, which the new schedule plans too).
+-- Tombstone a cancelled job's runs that have not started.
 UPDATE executions
 SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1
-WHERE job_id = :job_id AND status IN ('scheduled', 'queued')
-  AND (:trigger IS NULL OR (trigger = :trigger AND attempt = 0))
-  AND (:keep_scheduled_for IS NULL OR scheduled_for != :keep_scheduled_for);
+WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+
+-- name: executions_drop_future
+-- A schedule edit: the old schedule's fire times after now were never due, so their planned runs
+-- go (a tombstone would hold the fire time's unique key against the new schedule). Runs that were
+-- ever claimed (fencing_token > 0) or are retries keep their history.
+DELETE FROM executions
+WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
+  AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
+
+-- name: execution_schedule_run_at
+SELECT id, status FROM executions
+WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND trigger = 'schedule';
 
 -- name: executions_pending_of_job
 SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
@@ -91,7 +101,10 @@ SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'que
 -- due row before the LIMIT, under the write lock; the caller loops until a short batch anyway.
 SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
        j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
-       j.timezone, j.misfire, j.catchup_window, j.jitter
+       j.timezone, j.misfire, j.catchup_window, j.jitter,
+       (SELECT min(n.scheduled_for) FROM executions n
+        WHERE n.job_id = e.job_id AND n.trigger = 'schedule' AND n.scheduled_for > e.scheduled_for)
+         AS next_recorded
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard IN (SELECT value FROM json_each(:shards))
   AND e.status = 'scheduled'
@@ -100,8 +113,12 @@ WHERE e.shard IN (SELECT value FROM json_each(:shards))
 LIMIT :limit;
 
 -- name: execution_mark_queued
-UPDATE executions SET status = 'queued'
+UPDATE executions SET status = 'queued', queued_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'scheduled';
+
+-- name: execution_mark_catchup
+-- Runs the misfire policy chose to run although their fire time was missed.
+UPDATE executions SET catchup = 1 WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_end_pending
 -- A run that will not start: skipped (policy) or cancelled, always with a reason.
@@ -126,13 +143,21 @@ LIMIT :limit;
 
 -- name: execution_claim_candidates
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
-       j.overlap, j.status AS job_status
+       j.overlap, j.misfire, j.catchup_window, j.status AS job_status
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_running_of_jobs
-SELECT id, job_id FROM executions
+SELECT id, job_id, started_at FROM executions
 WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: execution_newest_missed_of_jobs
+-- Per job, its newest recorded fire time older than the grace line: a run_once misfire runs
+-- only if it is that one.
+SELECT job_id, max(scheduled_for) AS newest FROM executions
+WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND trigger = 'schedule'
+  AND scheduled_for < :grace_line
+GROUP BY job_id;
 
 -- name: execution_start_many
 UPDATE executions
