@@ -325,31 +325,39 @@ def plan_claim(
                 continue
             catchup = verdict.catchup
         others = busy.setdefault(run.job_id, [])
-        overlapping = [b for b in others if b.started_at < run.scheduled_for]
-        ahead = [b for b in others if b.started_at >= run.scheduled_for]
-        if run.job_id in backlog and run.overlap is not OverlapPolicy.ALLOW:
-            plan.defer.append((run, recheck, f"waiting for {backlog[run.job_id]}, an earlier fire"))
+        wait_reason, skip_reason = _overlap(run, others, backlog.get(run.job_id))
+        if skip_reason is not None:
+            plan.end.append((run, ExecutionStatus.SKIPPED, skip_reason))
             continue
-        if others and run.overlap is not OverlapPolicy.ALLOW:
-            if overlapping and run.overlap is OverlapPolicy.SKIP:
-                why = f"overlap=skip: execution {overlapping[0].id} of this job was still running"
-                plan.end.append((run, ExecutionStatus.SKIPPED, why))
-                continue
-            if overlapping and run.overlap is OverlapPolicy.QUEUE:
-                plan.defer.append(
-                    (run, recheck, f"overlap=queue: waiting for execution {overlapping[0].id}")
-                )
-                continue
-            if ahead:
-                why = f"waiting for execution {ahead[0].id}, which started after this fire time"
-                plan.defer.append((run, recheck, why))
-                backlog[run.job_id] = run.id
-                continue
-            if overlapping and run.overlap is OverlapPolicy.REPLACE:
-                plan.replaced[run.id] = [b.id for b in overlapping]
-                others.clear()
+        if catchup and not run.catchup:
+            plan.catchup.append(run.id)  # a run waiting its turn stays the chosen catch-up
+        if wait_reason is not None:
+            plan.defer.append((run, recheck, wait_reason))
+            backlog.setdefault(run.job_id, run.id)
+            continue
+        if run.overlap is OverlapPolicy.REPLACE and others:
+            plan.replaced[run.id] = [b.id for b in others]
+            others.clear()
         others.append(RunningRun(run.id, now))
         plan.start.append(run)
-        if catchup and not run.catchup:
-            plan.catchup.append(run.id)
     return plan
+
+
+def _overlap(
+    run: ClaimCandidate, others: Sequence[RunningRun], waiting: str | None
+) -> tuple[str | None, str | None]:
+    """(why ``run`` waits, why it is skipped), both None when it may start. ``others`` are the
+    job's running runs, ``waiting`` an earlier run of the job waiting in this batch."""
+    if run.overlap is OverlapPolicy.ALLOW:
+        return None, None
+    if waiting is not None:
+        return f"waiting for execution {waiting}, an earlier fire time of this job", None
+    overlapping = [b for b in others if b.started_at < run.scheduled_for]
+    if overlapping and run.overlap is OverlapPolicy.SKIP:
+        return None, f"overlap=skip: execution {overlapping[0].id} of this job was still running"
+    if overlapping and run.overlap is OverlapPolicy.QUEUE:
+        return f"overlap=queue: waiting for execution {overlapping[0].id}", None
+    ahead = [b for b in others if b.started_at >= run.scheduled_for]
+    if ahead:
+        return f"waiting for execution {ahead[0].id}, which started after this fire time", None
+    return None, None

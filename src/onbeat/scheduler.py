@@ -7,7 +7,9 @@ Each pass is a range read on the store's (shard, status, due_at) index:
 - dispatch: executions due within ``window`` → queued (+ the next execution of each cron job),
   every ``poll_interval``, and at once when ``wake()`` is called;
 - sweep: queued executions long overdue that no worker started (the queue lost them) → enqueued again;
-- reap: running executions whose lease expired (the worker died or stalled) → retry or dead letter.
+- reap: running executions whose lease expired (the worker died or stalled) → retry or dead letter;
+- reconcile: every active cron job must have its next run planned; any without one is repaired,
+  logged and counted, whatever the cause.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class SchedulerStats:
     dispatched: int = 0
     swept: int = 0
     reaped: int = 0
+    repaired: int = 0
+    """Active cron jobs found without their next planned run, and given one."""
     shards_taken: int = 0
     errors: int = 0
 
@@ -132,11 +136,29 @@ class Scheduler:
         self.stats.reaped += len(reaped)
         return len(reaped)
 
+    async def reconcile(self) -> int:
+        """Repair every active cron job of the held shards that has no planned next run, a page
+        of jobs per store call; returns how many were repaired."""
+        repaired, cursor = 0, ""
+        while self.leases.epochs:
+            fixed, next_cursor = await asyncio.to_thread(
+                self.store.job_repair_next_runs, self.leases, cursor, 1000
+            )
+            for job_id in fixed:
+                log.error("job %s had no planned next run; planned it (reconciler)", job_id)
+            repaired += len(fixed)
+            if next_cursor is None:
+                break
+            cursor = next_cursor
+        self.stats.repaired += repaired
+        return repaired
+
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""
         s = self.settings
         self._loop = asyncio.get_running_loop()
         next_renew = next_sweep = next_reap = self.clock.monotonic()
+        next_reconcile = next_renew + s.reconcile_interval
         try:
             while not stop.is_set():
                 now = self.clock.monotonic()
@@ -152,6 +174,9 @@ class Scheduler:
                     if now >= next_sweep:
                         await self.sweep(sorted(self.leases.epochs), s.sweep_overdue)
                         next_sweep = now + s.sweep_interval
+                    if now >= next_reconcile:
+                        await self.reconcile()
+                        next_reconcile = now + s.reconcile_interval
                 except Exception:
                     # The store or queue is unreachable: keep trying; nothing is lost, only delayed.
                     self.stats.errors += 1

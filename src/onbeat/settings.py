@@ -40,3 +40,6 @@ class Settings(BaseSettings):
         15.0, ge=0, description="A queued run this overdue and not started is re-enqueued."
     )
     reap_interval: float = Field(1.0, gt=0)
+    reconcile_interval: float = Field(
+        60.0, gt=0, description="Seconds between checks that every cron job has its next run."
+    )

@@ -237,6 +237,16 @@ class Store(Protocol):
         transaction. Returns what to put in the delay queue. Writes are fenced by shard epoch."""
         ...
 
+    def job_repair_next_runs(
+        self, leases: ShardLeases, after_id: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        """The reconciler, one page of ``limit`` active cron jobs of the held shards with ids
+        after ``after_id``: each must have a planned (scheduled) run at its next fire time, or
+        nothing would ever plan its next run. Plans one for each job without it (the first fire
+        time from its recorded next fire on that has no run yet). Returns the repaired job ids
+        and the cursor of the next page (None after the last). Fenced by shard epoch."""
+        ...
+
     def execution_sweep(
         self, leases: ShardLeases, shards: Sequence[int], overdue_by: float | None, limit: int
     ) -> list[QueueItem]:

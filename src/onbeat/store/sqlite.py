@@ -728,6 +728,39 @@ class SQLiteStore:
             c.executemany(Q["job_set_next_fire"], head_updates)
         return out
 
+    def job_repair_next_runs(
+        self, leases: ShardLeases, after_id: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        now = self.now()
+        repaired = []
+        with self._tx() as c:
+            shards = self._fenced_shards(c, leases)
+            rows = c.execute(
+                Q["jobs_without_next_run"],
+                {"shards": json.dumps(shards), "after_id": after_id, "limit": limit},
+            ).fetchall()
+            for r in rows:
+                if r["has_next_run"]:
+                    continue
+                schedule = _schedule(r)
+                start = _opt_dt(r["next_fire_at"])
+                if start is None:
+                    latest = _opt_dt(r["latest_fire"])
+                    start = schedule.next_fire_after(max(latest, now) if latest else now)
+                head = self._plan_head(
+                    c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], start
+                )
+                c.execute(
+                    Q["job_set_next_fire"],
+                    {
+                        "id": r["id"],
+                        "next_fire_at": to_us(head) if head else None,
+                        "now": to_us(now),
+                    },
+                )
+                repaired.append(r["id"])
+        return repaired, (rows[-1]["id"] if len(rows) == limit else None)
+
     def execution_sweep(
         self, leases: ShardLeases, shards: Sequence[int], overdue_by: float | None, limit: int
     ) -> list[QueueItem]:

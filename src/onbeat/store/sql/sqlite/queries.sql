@@ -88,6 +88,21 @@ DELETE FROM executions
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
+-- name: jobs_without_next_run
+-- One page (by id) of the active cron jobs of the held shards, each with whether it has a planned
+-- (scheduled) run at its next fire time: without one, nothing would ever plan its next run.
+SELECT j.*,
+       EXISTS (SELECT 1 FROM executions e
+               WHERE e.job_id = j.id AND e.trigger = 'schedule'
+                 AND e.scheduled_for = j.next_fire_at AND e.status = 'scheduled') AS has_next_run,
+       (SELECT max(e.scheduled_for) FROM executions e
+        WHERE e.job_id = j.id AND e.trigger = 'schedule') AS latest_fire
+FROM jobs j
+WHERE j.shard IN (SELECT value FROM json_each(:shards))
+  AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
+ORDER BY j.id
+LIMIT :limit;
+
 -- name: execution_schedule_run_at
 SELECT id, status FROM executions
 WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND trigger = 'schedule';
