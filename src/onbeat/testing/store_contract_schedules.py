@@ -7,11 +7,25 @@ scheduler and worker through the Store protocol alone, so each test states only 
 
 from __future__ import annotations
 
+import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
+from onbeat.audit import audit, expected_fire_times
 from onbeat.model import ExecutionStatus, Job, JobStatus, MisfirePolicy, OverlapPolicy, Trigger
 from onbeat.plan import MAX_FIRES_PER_DISPATCH
 from onbeat.queue.base import QueueItem
@@ -25,6 +39,7 @@ from onbeat.testing.store_contract import (
     HOURLY,
     RUN_TTL,
     WORKER,
+    StoreFactory,
     _cron,
     _dispatch,
     _get,
@@ -296,3 +311,139 @@ class ScheduleChainContract:
         assert _get(store, second.execution_id).status is ExecutionStatus.SKIPPED
         assert _leases(store)  # the shard is still held
         assert_chain_intact(store, job.id)
+
+
+class ScheduleHistoryContract:
+    """The promise as a property over random histories, not one example."""
+
+    def test_schedule_history__every_fire_time_has_one_record(
+        self, store_factory: StoreFactory
+    ) -> None:
+        class Machine(ScheduleHistoryMachine):
+            open_store = store_factory
+
+        run_state_machine_as_test(
+            Machine,
+            settings=settings(
+                max_examples=40,
+                stateful_step_count=20,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+
+
+_HISTORY_CRONS = (
+    "*/20 * * * * *",
+    "*/30 * * * * *",
+    "0,30 * * * * *",
+    "* * * * *",
+    "*/2 * * * *",
+    "0 * * * *",
+)
+
+
+class ScheduleHistoryMachine(RuleBasedStateMachine):
+    """Random sequences of edits, pauses, resumes, run-nows, stalls and lost queues on one cron job
+    (every misfire and overlap policy), with a healthy scheduler and worker ticking in between.
+    After every step: the job's chain is intact, and every fire time of the schedule in force
+    (the audit's replay of the job's history) has exactly one record; at the end, after a drain,
+    every run whose time has come is final."""
+
+    open_store: ClassVar[StoreFactory]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._exit = ExitStack()
+        directory = Path(self._exit.enter_context(tempfile.TemporaryDirectory()))
+        self.clock = FakeClock()
+        self.store = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        self.sim = Simulated(self.store, self.clock)
+        self.job_id = ""
+
+    @initialize(
+        cron=st.sampled_from(_HISTORY_CRONS),
+        misfire=st.sampled_from(list(MisfirePolicy)),
+        overlap=st.sampled_from(list(OverlapPolicy)),
+    )
+    def create(self, cron: str, misfire: MisfirePolicy, overlap: OverlapPolicy) -> None:
+        job = self.store.job_create(
+            _cron(cron, misfire=misfire, overlap=overlap, catchup_window=300.0)
+        )
+        self.job_id = job.id
+
+    @rule(seconds=st.sampled_from([1, 5, 9, 10, 30, 59, 61, 120]))
+    def run_for(self, seconds: int) -> None:
+        self.sim.run_for(seconds, step=min(seconds, 5))
+
+    @rule(seconds=st.sampled_from([30, 90, 600, 3700]), lose_queue=st.booleans())
+    def stall(self, seconds: int, lose_queue: bool) -> None:
+        """Nothing runs for a while (a frozen or dead node); the queue may be lost with it."""
+        self.clock.advance(seconds)
+        if lose_queue:  # the sweep hands every queued run back to the new queue
+            queued = [
+                r for r in _runs(self.store, self.job_id) if r.status is ExecutionStatus.QUEUED
+            ]
+            self.sim.queue = {r.id: QueueItem(r.id, r.due_at, r.priority) for r in queued}
+        self.sim.tick()
+
+    @rule(cron=st.sampled_from(_HISTORY_CRONS), timezone=st.sampled_from(["UTC", "Asia/Kolkata"]))
+    def edit(self, cron: str, timezone: str) -> None:
+        schedule = Schedule.parse(cron=cron, timezone=timezone)
+        self.store.job_update(self.job_id, JobChanges(schedule=schedule))
+        self.sim.tick()
+
+    @rule()
+    def pause(self) -> None:
+        self.store.job_pause(self.job_id)
+        self.sim.tick()
+
+    @rule()
+    def resume(self) -> None:
+        self.store.job_resume(self.job_id, misfire_grace=GRACE)
+        self.sim.tick()
+
+    @rule()
+    def run_now(self) -> None:
+        if _job(self.store, self.job_id).status is JobStatus.ACTIVE:
+            self.store.job_run_now(self.job_id)
+            self.sim.tick()
+
+    @invariant()
+    def chain_intact(self) -> None:
+        if self.job_id:
+            assert_chain_intact(self.store, self.job_id)
+
+    @invariant()
+    def every_fire_time_has_one_record(self) -> None:
+        if not self.job_id:
+            return
+        job, now = _job(self.store, self.job_id), self.clock.now()
+        records = self.store.execution_fire_records(self.job_id, job.created_at, now)
+        fires = [fire for fire, _ in records]
+        assert len(fires) == len(set(fires)), "a fire time has two records"
+        events = self.store.job_events(self.job_id)
+        assert audit(events, records, job.created_at, now).missing == []
+        # the job is never cancelled here, so no fire time in force may be settled as cancelled
+        status = dict(records)
+        expected = expected_fire_times(events, job.created_at, now)
+        assert [f for f in expected if status[f] is ExecutionStatus.CANCELLED] == []
+
+    def teardown(self) -> None:
+        try:
+            if self.job_id:
+                self._drain()
+        finally:
+            self._exit.close()
+
+    def _drain(self) -> None:
+        if _job(self.store, self.job_id).status is JobStatus.PAUSED:
+            self.store.job_resume(self.job_id, misfire_grace=GRACE)
+        self.sim.run_for(30, step=1)
+        now = self.clock.now()
+        stuck = [
+            (r.scheduled_for, r.status, r.reason)
+            for r in self.store.execution_list(self.job_id, limit=100_000)
+            if not r.status.is_final and r.due_at < now - timedelta(seconds=2)
+        ]
+        assert stuck == [], stuck
