@@ -219,7 +219,10 @@ PAUSED_AT_FIRE_TIME = "job was paused at its fire time"
 
 
 OVERLAP_QUEUE_RECHECK = 0.5
-"""Seconds between checks of a run waiting for a running predecessor."""
+"""Seconds until a run waiting for a running predecessor is checked again, in case nothing wakes
+it: a store makes a job's waiting runs due at once when one of its runs finishes."""
+WAITING = "waiting for "
+"""How the reason of every run waiting for a predecessor starts (stores find them by it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,13 +354,13 @@ def _overlap(
     if run.overlap is OverlapPolicy.ALLOW:
         return None, None
     if waiting is not None:
-        return f"waiting for execution {waiting}, an earlier fire time of this job", None
+        return f"{WAITING}execution {waiting}, an earlier fire time of this job", None
     overlapping = [b for b in others if b.started_at < run.scheduled_for]
     if overlapping and run.overlap is OverlapPolicy.SKIP:
         return None, f"overlap=skip: execution {overlapping[0].id} of this job was still running"
     if overlapping and run.overlap is OverlapPolicy.QUEUE:
-        return f"overlap=queue: waiting for execution {overlapping[0].id}", None
+        return f"{WAITING}execution {overlapping[0].id} (overlap=queue)", None
     ahead = [b for b in others if b.started_at >= run.scheduled_for]
     if ahead:
-        return f"waiting for execution {ahead[0].id}, which started after this fire time", None
+        return f"{WAITING}execution {ahead[0].id}, which started after this fire time", None
     return None, None

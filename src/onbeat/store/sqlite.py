@@ -40,6 +40,7 @@ from onbeat.model import (
 )
 from onbeat.plan import (
     PAUSED_AT_FIRE_TIME,
+    WAITING,
     ClaimCandidate,
     PlannedExecution,
     RunningRun,
@@ -1018,6 +1019,15 @@ class SQLiteStore:
         c.executemany(Q["attempt_finish"], attempts)
         c.executemany(Q["dead_letter_insert"], dead)
         self._complete_one_shots(c, final)
+        if outcomes:  # a finished run wakes the runs of its job waiting for it
+            c.execute(
+                Q["executions_wake_waiting"],
+                {
+                    "job_ids": json.dumps(sorted({r["job_id"] for r, _, _ in outcomes})),
+                    "waiting": f"{WAITING}%",
+                    "now": now_us,
+                },
+            )
 
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
         now_us = self._now_us()

@@ -194,6 +194,12 @@ WHERE execution_id = :id AND fencing_token = :fencing_token;
 UPDATE executions SET status = 'scheduled', due_at = :due_at, reason = :reason
 WHERE id = :id AND status = 'queued';
 
+-- name: executions_wake_waiting
+-- Runs of these jobs waiting for a running predecessor are due now: one of the jobs' runs ended.
+UPDATE executions SET due_at = :now
+WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status = 'scheduled'
+  AND due_at > :now AND reason LIKE :waiting;
+
 -- name: execution_replace
 -- overlap=replace: the running predecessor is cancelled and its token bumped, fencing its writes.
 UPDATE executions
