@@ -300,6 +300,23 @@ class SQLiteStore:
             fire = job.schedule.next_fire_after(fire)
         self._insert_executions(c, job.id, job.shard, job.priority, fires)
 
+    def _replan(
+        self,
+        c: sqlite3.Connection,
+        job_id: str,
+        shard: int,
+        schedule: Schedule,
+        jitter: float,
+        priority: int,
+        fire: datetime | None,
+    ) -> None:
+        """``_plan_head`` from ``fire`` on, and record the result as the job's next fire time."""
+        head = self._plan_head(c, job_id, shard, schedule, jitter, priority, fire)
+        c.execute(
+            Q["job_set_next_fire"],
+            {"id": job_id, "next_fire_at": to_us(head) if head else None, "now": self._now_us()},
+        )
+
     def _plan_head(
         self,
         c: sqlite3.Connection,
@@ -379,17 +396,7 @@ class SQLiteStore:
                     head = job.next_fire_at
                     if head is None or to_us(head) < grace_line:
                         head = after_grace
-                    head = self._plan_head(
-                        c, job_id, job.shard, job.schedule, job.jitter, job.priority, head
-                    )
-                    c.execute(
-                        Q["job_set_next_fire"],
-                        {
-                            "id": job_id,
-                            "next_fire_at": to_us(head) if head else None,
-                            "now": to_us(now),
-                        },
-                    )
+                    self._replan(c, job_id, job.shard, job.schedule, job.jitter, job.priority, head)
             else:  # a one-shot run held by the pause runs now, not as a misfire
                 c.executemany(
                     Q["execution_due_now"], [{"id": r["id"], "now": to_us(now)} for r in pending]
@@ -748,17 +755,7 @@ class SQLiteStore:
                 if start is None:
                     latest = _opt_dt(r["latest_fire"])
                     start = schedule.next_fire_after(max(latest, now) if latest else now)
-                head = self._plan_head(
-                    c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], start
-                )
-                c.execute(
-                    Q["job_set_next_fire"],
-                    {
-                        "id": r["id"],
-                        "next_fire_at": to_us(head) if head else None,
-                        "now": to_us(now),
-                    },
-                )
+                self._replan(c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], start)
                 repaired.append(r["id"])
         return repaired, (rows[-1]["id"] if len(rows) == limit else None)
 
