@@ -34,3 +34,13 @@ class TaskNotFoundError(ValidationError):
     def __init__(self, name: str) -> None:
         super().__init__("task", f"unknown task {name!r}: no task of that name is registered")
         self.name = name
+
+
+class TaskTimeout(OnbeatError):
+    """A run outlived its timeout; the executor stopped it as far as it can (a process pool kills
+    the process that ran it)."""
+
+
+class TaskCrashed(OnbeatError):
+    """The process running a task died before the task returned (killed by a signal, ``os._exit``,
+    ``SystemExit``); only that run fails."""
