@@ -10,7 +10,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
@@ -27,7 +27,7 @@ from onbeat.model import (
 from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.settings import Settings
 from onbeat.store import Store, open_store
-from onbeat.store.base import JobChanges, NewJob
+from onbeat.store.base import CreatedJob, JobChanges, NewJob
 from onbeat.task import TaskFunction, TaskRegistry, validate_retry
 
 F = TypeVar("F", bound=TaskFunction)
@@ -35,6 +35,33 @@ MAX_PARAMS_BYTES = 64 * 1024
 MAX_PARAMS_DEPTH = 64
 MAX_SECONDS = 366 * 24 * 3600.0
 """Upper bound of every duration a job takes (timeout, jitter, backoff, catch-up window)."""
+
+
+class JobOptions(TypedDict, total=False):
+    """The policies of a job submitted with :meth:`App.schedule`; every one is optional."""
+
+    max_attempts: int | None
+    """Attempts before the run is dead-lettered; default: the task's."""
+    timeout: float | None
+    """Seconds a run may take; default: the task's."""
+    backoff: float | None
+    """Seconds: the retry backoff base; default: the task's."""
+    backoff_max: float | None
+    """Seconds: the retry backoff cap; default: the task's."""
+    overlap: OverlapPolicy | str
+    """When a run is due while the previous one still runs; default ``skip``."""
+    misfire: MisfirePolicy | str
+    """What to do with fire times missed while no scheduler ran; default ``run_once``."""
+    catchup_window: float
+    """Seconds back ``run_all`` replays missed fire times; default 3600."""
+    priority: int
+    """-100 to 100, higher first; default 0."""
+    jitter: float
+    """Seconds: each run starts up to this much after its fire time; default 0."""
+    tenant: str
+    """Whose job it is; default ``"default"``."""
+    idempotency_key: str | None
+    """A retried submission with the same key (within a day, same tenant) returns the first job."""
 
 
 class App:
@@ -110,26 +137,34 @@ class App:
         cron: str | None = None,
         at: datetime | str | None = None,
         timezone: str = "UTC",
-        *,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        backoff: float | None = None,
-        backoff_max: float | None = None,
-        overlap: OverlapPolicy | str = OverlapPolicy.SKIP,
-        misfire: MisfirePolicy | str = MisfirePolicy.RUN_ONCE,
-        catchup_window: float = 3600.0,
-        priority: int = 0,
-        jitter: float = 0.0,
-        tenant: str = DEFAULT_TENANT,
-        idempotency_key: str | None = None,
+        **options: Unpack[JobOptions],
     ) -> Job:
         """Submit a job: ``cron`` for a recurring one, ``at`` for one run at a time, neither to run
-        now. Everything is validated first; on a ValidationError nothing is stored.
+        now. Everything is validated first; on a ValidationError nothing is stored. See
+        :class:`JobOptions` for the policies (each defaults to the task's or the usual value).
         ``idempotency_key``: a retried submission with the same key (within a day, same tenant)
         returns the first job instead of creating a second."""
+        return self.submit(task_name, params, cron, at, timezone, **options).job
+
+    def submit(
+        self,
+        task_name: str,
+        params: dict[str, Any] | None = None,
+        cron: str | None = None,
+        at: datetime | str | None = None,
+        timezone: str = "UTC",
+        **options: Unpack[JobOptions],
+    ) -> CreatedJob:
+        """:meth:`schedule`, also saying whether the job was created by this call or is the one
+        an earlier submission under the same ``idempotency_key`` created (``replayed``)."""
+        idempotency_key = options.get("idempotency_key")
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
             raise ValidationError("Idempotency-Key", "must be 1 to 255 characters")
         task = self.registry.get(task_name)
+        max_attempts = options.get("max_attempts")
+        backoff = options.get("backoff")
+        backoff_max = options.get("backoff_max")
+        timeout = options.get("timeout")
         retry = validate_retry(
             max_attempts if max_attempts is not None else task.retry.max_attempts,
             backoff if backoff is not None else task.retry.backoff_base,
@@ -141,17 +176,17 @@ class App:
             schedule=Schedule.parse(cron=cron, at=at, timezone=timezone),
             retry=retry,
             timeout=validate_timeout(timeout if timeout is not None else task.timeout),
-            overlap=_enum(OverlapPolicy, overlap, "overlap"),
-            misfire=_enum(MisfirePolicy, misfire, "misfire"),
-            catchup_window=_non_negative(catchup_window, "catchup_window"),
-            priority=validate_priority(priority),
-            jitter=_non_negative(jitter, "jitter"),
-            tenant=tenant,
+            overlap=_enum(OverlapPolicy, options.get("overlap", OverlapPolicy.SKIP), "overlap"),
+            misfire=_enum(MisfirePolicy, options.get("misfire", MisfirePolicy.RUN_ONCE), "misfire"),
+            catchup_window=_non_negative(options.get("catchup_window", 3600.0), "catchup_window"),
+            priority=validate_priority(options.get("priority", 0)),
+            jitter=_non_negative(options.get("jitter", 0.0), "jitter"),
+            tenant=options.get("tenant", DEFAULT_TENANT),
             idempotency_key=idempotency_key,
         )
-        job = self.store.job_create(new)
+        created = self.store.job_create(new)
         self._submitted()
-        return job
+        return created
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:
         """The job; with ``tenant``, only if it belongs to that tenant (else NotFoundError, as if

@@ -50,6 +50,15 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class CreatedJob:
+    """What ``Store.job_create`` did: the job, and whether it is an earlier one returned again for
+    the same idempotency key (``replayed``) rather than created by this call."""
+
+    job: Job
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobChanges:
     """Fields of a job to edit; None leaves a field as it is."""
 
@@ -125,17 +134,15 @@ class Store(Protocol):
         ...
 
     # --- API role -------------------------------------------------------------------------
-    def job_create(self, new: NewJob) -> Job:
-        """Insert the job and its first execution in one transaction. With an idempotency key
-        already used by the tenant, return that job instead; if the key was used for a different
-        submission, raise ValidationError naming ``Idempotency-Key``."""
+    def job_create(self, new: NewJob) -> CreatedJob:
+        """Insert the job and its first execution in one transaction (``replayed`` False). With an
+        idempotency key already used by the tenant for the same submission, return that job with
+        ``replayed`` True instead; if the key was used for a different submission, raise
+        ValidationError naming ``Idempotency-Key``. The key is looked up inside the inserting
+        transaction, so of concurrent submissions under one key exactly one is not replayed."""
         ...
 
     def job_get(self, job_id: str) -> Job | None: ...
-
-    def job_id_for_idempotency_key(self, tenant: str, key: str) -> str | None:
-        """The job a live idempotency key of ``tenant`` created, if any."""
-        ...
 
     def job_list(
         self,

@@ -55,6 +55,7 @@ from onbeat.store.base import (
     ClaimedRun,
     ClaimResult,
     Completion,
+    CreatedJob,
     DispatchParams,
     JobChanges,
     NewJob,
@@ -146,7 +147,7 @@ class SQLiteStore:
         return to_us(self._clock.now())
 
     # --- API role ---------------------------------------------------------------------------
-    def job_create(self, new: NewJob) -> Job:
+    def job_create(self, new: NewJob) -> CreatedJob:
         now = self.now()
         job_id = new_id()
         first = first_execution(new.schedule, new.jitter, now)
@@ -168,7 +169,7 @@ class SQLiteStore:
             # Looked up inside the writing transaction: two concurrent retries make one job.
             replayed = self._idempotent_job(c, new, now) if new.idempotency_key else None
             if replayed is not None:
-                return replayed
+                return CreatedJob(replayed, replayed=True)
             c.execute(Q["job_insert"], row)
             if new.idempotency_key is not None:
                 c.execute(
@@ -185,7 +186,7 @@ class SQLiteStore:
             if first:
                 self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
             job = _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
-        return job
+        return CreatedJob(job, replayed=False)
 
     def _idempotent_job(self, c: sqlite3.Connection, new: NewJob, now: datetime) -> Job | None:
         c.execute(Q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
@@ -199,11 +200,6 @@ class SQLiteStore:
                 "Idempotency-Key", "was already used for a different submission; use a new key"
             )
         return _job(self._job_for_update(c, found["job_id"]))
-
-    def job_id_for_idempotency_key(self, tenant: str, key: str) -> str | None:
-        with self._read() as c:
-            found = c.execute(Q["idempotency_key_get"], {"tenant": tenant, "key": key}).fetchone()
-        return None if found is None else str(found["job_id"])
 
     def job_get(self, job_id: str) -> Job | None:
         with self._read() as c:

@@ -38,6 +38,7 @@ from onbeat.app import App
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
+from onbeat.store.base import CreatedJob
 
 MAX_KEY_LENGTH = 255
 
@@ -55,11 +56,30 @@ _WRITE = problem_responses(400, 404, 409, 413, 422)
 
 
 # --- create -----------------------------------------------------------------------------------
+_CREATED: dict[int | str, dict[str, Any]] = {
+    201: {
+        "description": "The job (created now, or by an earlier request with the same key).",
+        "headers": {
+            "Location": {
+                "description": "The job's URL.",
+                "required": True,
+                "schema": {"type": "string"},
+            },
+            "Idempotent-Replayed": {
+                "description": "Sent with an Idempotency-Key: `false` if this request created "
+                "the job, `true` if an earlier request with the key did.",
+                "schema": {"type": "string", "enum": ["true", "false"]},
+            },
+        },
+    }
+}
+
+
 @router.post(
     "",
     status_code=201,
     response_model=JobOut,
-    responses=problem_responses(400, 413, 422),
+    responses={**_CREATED, **problem_responses(400, 413, 422)},
     summary="Submit a job",
 )
 def create_job(
@@ -81,24 +101,20 @@ def create_job(
     """Validate everything (task registered, schedule, zone, policies, params size), store the job
     (in the caller's tenant) and its first execution, and answer with the job and its next fire
     times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it."""
-    tenant = caller.home_tenant
-    seen = idempotency_key is not None and (
-        onbeat.store.job_id_for_idempotency_key(tenant, idempotency_key) is not None
-    )
-    job = _create(onbeat, body, tenant, idempotency_key)
-    if seen:
-        response.headers["Idempotent-Replayed"] = "true"
-    response.headers["Location"] = str(request.url_for("get_job", job_id=job.id))
-    return job_out(job)
+    created = _create(onbeat, body, caller.home_tenant, idempotency_key)
+    if idempotency_key is not None:
+        response.headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
+    response.headers["Location"] = str(request.url_for("get_job", job_id=created.job.id))
+    return job_out(created.job)
 
 
-def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> Job:
+def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
     cron, at = _schedule_args(body.schedule)
     options = body.model_dump(
         exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
     )
     with fields_renamed(SCHEDULE_FIELDS):
-        return onbeat.schedule(
+        return onbeat.submit(
             body.task,
             body.params,
             cron=cron,
