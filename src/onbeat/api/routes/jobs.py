@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from onbeat import validation
 from onbeat.api.auth import CallerDep
 from onbeat.api.cursors import decode_cursor, invalid_cursor, page_of
 from onbeat.api.deps import (
@@ -39,8 +40,6 @@ from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.store.base import CreatedJob
-
-MAX_KEY_LENGTH = 255
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -92,9 +91,9 @@ def create_job(
         str | None,
         Header(
             alias="Idempotency-Key",
-            min_length=1,
-            max_length=MAX_KEY_LENGTH,
             description="Makes a retried POST return the first job instead of creating a second.",
+            # checked by the App, as the Python API's idempotency_key is
+            json_schema_extra={"minLength": 1, "maxLength": validation.MAX_IDEMPOTENCY_KEY},
         ),
     ] = None,
 ) -> JobOut:
@@ -284,11 +283,7 @@ def _schedule_change(job: Job, change: ScheduleChange) -> dict[str, Any]:
         if change.timezone is None:
             raise ValidationError("schedule", "give an expression, an at time or a timezone")
         if job.schedule.kind is not ScheduleKind.CRON:
-            raise ValidationError(
-                "schedule.timezone",
-                "only a cron schedule is evaluated in a time zone; give an at time to move a "
-                "one-shot job",
-            )
+            return {"timezone": change.timezone}  # which the App refuses, as for Python callers
         kind, expression = ScheduleKind.CRON, job.schedule.expression
     timezone = change.timezone or job.schedule.timezone
     cron = expression if kind is ScheduleKind.CRON else None
