@@ -34,3 +34,14 @@ class TaskNotFoundError(ValidationError):
     def __init__(self, name: str) -> None:
         super().__init__("task", f"unknown task {name!r}: no task of that name is registered")
         self.name = name
+
+
+class UnreadableRecordError(OnbeatError):
+    """A stored record holds something this version cannot read (written behind onbeat's back,
+    by a bug, or by a version with other rules): it is reported, and left as it is."""
+
+    def __init__(self, kind: str, record_id: str, reason: str) -> None:
+        super().__init__(f"{kind} {record_id!r} is stored in a form that cannot be read: {reason}")
+        self.kind = kind
+        self.record_id = record_id
+        self.reason = reason

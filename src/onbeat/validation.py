@@ -6,6 +6,9 @@ the same :class:`ValidationError`: same field name (the REST body says ``schedul
 where Python says ``cron``), same message. Types are checked as JSON has them, so a value refused
 over HTTP is refused in Python too: an integer is an ``int`` (not a bool, not ``2.0``), seconds are
 an ``int`` or ``float`` (not a bool, not a string, finite), text is a ``str`` of valid Unicode.
+
+Jobs read back from a store pass :func:`check_job`, the same rules, so a row written behind
+onbeat's back is reported as unreadable instead of breaking every listing that includes it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from onbeat.errors import ValidationError
-from onbeat.model import MisfirePolicy, OverlapPolicy, RetryPolicy
+from onbeat.model import Job, MisfirePolicy, OverlapPolicy, RetryPolicy
 from onbeat.schedule import MAX_CRON_LENGTH, Schedule
 
 MAX_ATTEMPTS = 1000
@@ -180,6 +183,19 @@ def params(value: object) -> dict[str, Any]:
             "params", f"is {len(encoded)} bytes of JSON; the limit is {MAX_PARAMS_BYTES}"
         )
     return value
+
+
+def check_job(job: Job) -> None:
+    """Raise ValidationError if a job read back from a store holds a value no submission could
+    have (a row written behind onbeat's back), so it is reported instead of served."""
+    task_name(job.task)
+    tenant(job.tenant)
+    params(job.params)
+    retry(job.retry.max_attempts, job.retry.backoff_base, job.retry.backoff_cap)
+    timeout(job.timeout)
+    catchup_window(job.catchup_window)
+    priority(job.priority)
+    jitter(job.jitter)
 
 
 _LONE_SURROGATE = "contains a lone surrogate (\\ud800-\\udfff), which is not text"

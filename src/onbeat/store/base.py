@@ -142,7 +142,10 @@ class Store(Protocol):
         transaction, so of concurrent submissions under one key exactly one is not replayed."""
         ...
 
-    def job_get(self, job_id: str) -> Job | None: ...
+    def job_get(self, job_id: str) -> Job | None:
+        """The job; UnreadableRecordError if its stored values cannot be decoded or fail
+        ``onbeat.validation.check_job`` (a row written behind the store's back)."""
+        ...
 
     def job_list(
         self,
@@ -153,7 +156,9 @@ class Store(Protocol):
         after_id: str | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs in id order (which is creation order), starting after ``after_id``."""
+        """Up to ``limit`` jobs in id order (which is creation order), starting after
+        ``after_id``. A job ``job_get`` would find unreadable is logged and left out (the rows
+        after it still fill the page), so one bad row never breaks a listing."""
         ...
 
     def job_update(self, job_id: str, changes: JobChanges) -> Job:

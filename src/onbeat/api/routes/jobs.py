@@ -50,8 +50,8 @@ SCHEDULE_FIELDS = {
     "at": "schedule.at",
     "timezone": "schedule.timezone",
 }
-_READ = problem_responses(400, 404, 413, 422)
-_WRITE = problem_responses(400, 404, 409, 413, 422)
+_READ = problem_responses(400, 404, 413, 422, 500)
+_WRITE = problem_responses(400, 404, 409, 413, 422, 500)
 
 
 # --- create -----------------------------------------------------------------------------------
