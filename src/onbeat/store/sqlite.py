@@ -15,6 +15,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,8 @@ from onbeat.store.base import (
 from onbeat.store.queries import load_queries, migrations
 
 Q = load_queries("sqlite")
+BUSY_TIMEOUT = 30.0
+"""Seconds a connection waits for another process's lock before giving up."""
 log = logging.getLogger("onbeat.store")
 IDEMPOTENCY_RETENTION = timedelta(days=1)
 OVERLAP_QUEUE_RECHECK = 0.5
@@ -94,10 +97,10 @@ class SQLiteStore:
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=30.0
+            str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
         )
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._use_wal()
         # NORMAL survives a process crash (kill -9); only a power loss can roll back the newest commits.
         self._conn.execute("PRAGMA synchronous = NORMAL")
         self._conn.execute("PRAGMA foreign_keys = ON")
@@ -123,6 +126,25 @@ class SQLiteStore:
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             yield self._conn
+
+    def _use_wal(self) -> None:
+        """Put the file in WAL mode. The switch needs the file to itself for a moment, and SQLite
+        refuses it at once, without waiting out busy_timeout, while another connection is writing
+        (another node setting up the same new file, say): so it is retried until the timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        pause = 0.001
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if (
+                    exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY
+                    or time.monotonic() > deadline
+                ):
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
     def _migrate(self) -> None:
         with self._tx() as c:
