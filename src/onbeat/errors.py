@@ -45,3 +45,12 @@ class UnreadableRecordError(OnbeatError):
         self.kind = kind
         self.record_id = record_id
         self.reason = reason
+
+
+class StoreOpenError(OnbeatError):
+    """The store cannot be opened (no such directory, no permission, not a database...)."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"cannot open the store {location}: {reason}")
+        self.location = location
+        self.reason = reason

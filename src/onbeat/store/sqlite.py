@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -25,7 +26,13 @@ from typing import Any
 from onbeat import validation
 from onbeat.auth import ApiKey, Role
 from onbeat.clock import Clock, SystemClock
-from onbeat.errors import ConflictError, NotFoundError, UnreadableRecordError, ValidationError
+from onbeat.errors import (
+    ConflictError,
+    NotFoundError,
+    StoreOpenError,
+    UnreadableRecordError,
+    ValidationError,
+)
 from onbeat.model import (
     Attempt,
     AttemptOutcome,
@@ -94,21 +101,30 @@ class SQLiteStore:
     dialect = "sqlite"
 
     def __init__(self, path: str | Path, clock: Clock | None = None, shard_count: int = 16) -> None:
+        """Open (creating if need be) and migrate the database at ``path``; StoreOpenError if it
+        cannot be."""
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
-        )
-        self._conn.row_factory = sqlite3.Row
-        self._use_wal()
-        # NORMAL survives a process crash (kill -9); only a power loss can roll back the newest commits.
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        self._migrate()
-        with self._tx() as c:
-            if c.execute(Q["shard_count"]).fetchone()[0] == 0:
-                c.executemany(Q["shard_init"], [{"shard": s} for s in range(shard_count)])
-            self.shard_count: int = c.execute(Q["shard_count"]).fetchone()[0]
+        try:
+            self._conn = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+            )
+        except sqlite3.Error as exc:
+            raise _open_error(Path(path), exc) from exc
+        try:
+            self._conn.row_factory = sqlite3.Row
+            self._use_wal()
+            # NORMAL survives a process crash (kill -9); only a power loss can roll back the newest commits.
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+            with self._tx() as c:
+                if c.execute(Q["shard_count"]).fetchone()[0] == 0:
+                    c.executemany(Q["shard_init"], [{"shard": s} for s in range(shard_count)])
+                self.shard_count: int = c.execute(Q["shard_count"]).fetchone()[0]
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise _open_error(Path(path), exc) from exc
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
@@ -971,6 +987,25 @@ class SQLiteStore:
             ]
             self._finish(c, outcomes, now_us)
         return len(outcomes)
+
+
+def _open_error(path: Path, exc: sqlite3.Error) -> StoreOpenError:
+    """Why SQLite could not open ``path``, in words a user can act on."""
+    location = str(path.absolute())
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+        return StoreOpenError(location, "the file is not an SQLite database")
+    try:
+        if path.is_dir():
+            return StoreOpenError(location, "it is a directory")
+        if not path.parent.is_dir():
+            return StoreOpenError(location, f"directory {path.parent.absolute()} does not exist")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            return StoreOpenError(location, "permission denied (it must be readable and writable)")
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            return StoreOpenError(location, f"permission denied on {path.parent.absolute()}")
+    except PermissionError:
+        return StoreOpenError(location, "permission denied")
+    return StoreOpenError(location, str(exc))
 
 
 def _fingerprint(new: NewJob) -> str:
