@@ -54,3 +54,12 @@ class StoreOpenError(OnbeatError):
         super().__init__(f"cannot open the store {location}: {reason}")
         self.location = location
         self.reason = reason
+
+
+class StoreWriteRefusedError(OnbeatError):
+    """The store refuses writes (its disk is full, its file became read-only, an I/O error):
+    nothing was changed; retry once it accepts writes again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the store refuses writes ({reason})")
+        self.reason = reason

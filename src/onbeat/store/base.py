@@ -133,6 +133,13 @@ class Store(Protocol):
         """The store's clock (the database server's time where it has one)."""
         ...
 
+    def write_refusal(self) -> str | None:
+        """Why the store refuses writes, or None if it accepts them. Every method that writes
+        raises StoreWriteRefusedError (nothing changed) when the database refuses the write
+        (disk full, read-only, I/O error); from then on this probes with a write of its own,
+        until one succeeds. While nothing was refused it answers without touching the disk."""
+        ...
+
     # --- API role -------------------------------------------------------------------------
     def job_create(self, new: NewJob) -> CreatedJob:
         """Insert the job and its first execution in one transaction (``replayed`` False). With an

@@ -30,6 +30,7 @@ from onbeat.errors import (
     ConflictError,
     NotFoundError,
     StoreOpenError,
+    StoreWriteRefusedError,
     UnreadableRecordError,
     ValidationError,
 )
@@ -76,6 +77,12 @@ from onbeat.store.queries import load_queries, migrations
 Q = load_queries("sqlite")
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for another process's lock before giving up."""
+WRITE_PROBE_BYTES = 64 * 1024
+"""What the write probe stores (and drops): as much as the largest job's params."""
+_WRITE_REFUSALS = frozenset(
+    {sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN}
+)
+"""Primary result codes of a write the database cannot take (as opposed to a bug or a lock)."""
 log = logging.getLogger("onbeat.store")
 IDEMPOTENCY_RETENTION = timedelta(days=1)
 OVERLAP_QUEUE_RECHECK = 0.5
@@ -105,6 +112,7 @@ class SQLiteStore:
         cannot be."""
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
+        self._write_refused: str | None = None
         try:
             self._conn = sqlite3.connect(
                 str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
@@ -129,19 +137,46 @@ class SQLiteStore:
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction. A write the database refuses (disk full, read-only file, I/O
+        error) is rolled back, remembered (``write_refusal``) and raised as
+        StoreWriteRefusedError; a failed COMMIT is rolled back too, so the connection never
+        stays inside a dead transaction."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in _WRITE_REFUSALS:
+                    raise
+                if self._write_refused is None:
+                    log.error("the store refuses writes: %s", exc)
+                self._write_refused = str(exc)
+                raise StoreWriteRefusedError(str(exc)) from exc
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             yield self._conn
+
+    def write_refusal(self) -> str | None:
+        if self._write_refused is None:
+            return None  # nothing was refused: no need to touch the disk
+        try:
+            with self._tx() as c:
+                c.execute(Q["write_probe_create"])
+                c.execute(Q["write_probe_fill"], {"bytes": WRITE_PROBE_BYTES})
+                c.execute(Q["write_probe_drop"])
+        except StoreWriteRefusedError:
+            return self._write_refused
+        log.warning("the store accepts writes again")
+        self._write_refused = None
+        return None
 
     def _use_wal(self) -> None:
         """Put the file in WAL mode. The switch needs the file to itself for a moment, and SQLite

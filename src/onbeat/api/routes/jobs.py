@@ -51,7 +51,7 @@ SCHEDULE_FIELDS = {
     "timezone": "schedule.timezone",
 }
 _READ = problem_responses(400, 404, 413, 422, 500)
-_WRITE = problem_responses(400, 404, 409, 413, 422, 500)
+_WRITE = problem_responses(400, 404, 409, 413, 422, 500, 503)
 
 
 # --- create -----------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ _CREATED: dict[int | str, dict[str, Any]] = {
     "",
     status_code=201,
     response_model=JobOut,
-    responses={**_CREATED, **problem_responses(400, 413, 422)},
+    responses={**_CREATED, **problem_responses(400, 413, 422, 503)},
     summary="Submit a job",
 )
 def create_job(
