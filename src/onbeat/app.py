@@ -136,10 +136,9 @@ class App:
         **options: Unpack[JobOptions],
     ) -> Job:
         """Submit a job: ``cron`` for a recurring one, ``at`` for one run at a time, neither to run
-        now. Everything is validated first; on a ValidationError nothing is stored. See
-        :class:`JobOptions` for the policies (each defaults to the task's or the usual value).
-        ``idempotency_key``: a retried submission with the same key (within a day, same tenant)
-        returns the first job instead of creating a second."""
+        now. Everything is validated first (``onbeat.validation``, as the REST API does); on a
+        ValidationError nothing is stored. See :class:`JobOptions` for the policies and the
+        idempotency key."""
         return self.submit(task_name, params, cron, at, timezone, **options).job
 
     def submit(

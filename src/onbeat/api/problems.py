@@ -141,7 +141,8 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "The resource's current state forbids this change.",
         413: "Request body too large.",
         422: "A value is invalid; `errors` names each offending field.",
-        500: "A stored record cannot be read (it was written behind onbeat's back).",
+        500: "A stored record cannot be read (written behind onbeat's back), or an unexpected "
+        "error.",
         503: "The store refuses writes (disk full, read-only) or is unreachable; nothing was "
         "changed. Retry after `Retry-After` seconds.",
     }

@@ -97,6 +97,8 @@ Expression = Annotated[
     str | None, Checked(validation.cron_text, _text(MAX_CRON_LENGTH), nullable=True)
 ]
 At = Annotated[str | None, Checked(validation.at_text, _AT, nullable=True)]
+TimeZone = Annotated[str, Checked(validation.timezone_name, _TIMEZONE)]
+TimeZoneChange = Annotated[str | None, Checked(validation.timezone_name, _TIMEZONE, nullable=True)]
 MaxAttempts = Annotated[
     int | None,
     Checked(validation.max_attempts, _integer(1, validation.MAX_ATTEMPTS), nullable=True),
@@ -150,7 +152,7 @@ class ScheduleIn(_Request):
     type: ScheduleKind
     expression: Expression = None
     at: At = None
-    timezone: Annotated[str, Checked(validation.timezone_name, _TIMEZONE)] = "UTC"
+    timezone: TimeZone = "UTC"
 
 
 class JobCreate(_Request):
@@ -178,9 +180,7 @@ class ScheduleChange(_Request):
     type: Literal[ScheduleKind.ONCE, ScheduleKind.CRON] | None = None
     expression: Expression = None
     at: At = None
-    timezone: Annotated[str | None, Checked(validation.timezone_name, _TIMEZONE, nullable=True)] = (
-        None
-    )
+    timezone: TimeZoneChange = None
 
 
 class JobPatch(_Request):

@@ -130,7 +130,7 @@ class SQLiteStore:
                 if c.execute(Q["shard_count"]).fetchone()[0] == 0:
                     c.executemany(Q["shard_init"], [{"shard": s} for s in range(shard_count)])
                 self.shard_count: int = c.execute(Q["shard_count"]).fetchone()[0]
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StoreWriteRefusedError) as exc:
             self._conn.close()
             raise _open_error(Path(path), exc) from exc
 
@@ -1024,7 +1024,7 @@ class SQLiteStore:
         return len(outcomes)
 
 
-def _open_error(path: Path, exc: sqlite3.Error) -> StoreOpenError:
+def _open_error(path: Path, exc: sqlite3.Error | StoreWriteRefusedError) -> StoreOpenError:
     """Why SQLite could not open ``path``, in words a user can act on."""
     location = str(path.absolute())
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
