@@ -7,11 +7,11 @@ the store call in a thread so the event loop keeps serving).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
+from onbeat import validation
 from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
@@ -24,17 +24,40 @@ from onbeat.model import (
     MisfirePolicy,
     OverlapPolicy,
 )
-from onbeat.schedule import Schedule, ScheduleKind
+from onbeat.schedule import ScheduleKind
 from onbeat.settings import Settings
 from onbeat.store import Store, open_store
-from onbeat.store.base import JobChanges, NewJob
-from onbeat.task import TaskFunction, TaskRegistry, validate_retry
+from onbeat.store.base import CreatedJob, JobChanges, NewJob
+from onbeat.task import TaskFunction, TaskRegistry
 
 F = TypeVar("F", bound=TaskFunction)
-MAX_PARAMS_BYTES = 64 * 1024
-MAX_PARAMS_DEPTH = 64
-MAX_SECONDS = 366 * 24 * 3600.0
-"""Upper bound of every duration a job takes (timeout, jitter, backoff, catch-up window)."""
+
+
+class JobOptions(TypedDict, total=False):
+    """The policies of a job submitted with :meth:`App.schedule`; every one is optional."""
+
+    max_attempts: int | None
+    """Attempts before the run is dead-lettered; default: the task's."""
+    timeout: float | None
+    """Seconds a run may take; default: the task's."""
+    backoff: float | None
+    """Seconds: the retry backoff base; default: the task's."""
+    backoff_max: float | None
+    """Seconds: the retry backoff cap; default: the task's."""
+    overlap: OverlapPolicy | str
+    """When a run is due while the previous one still runs; default ``skip``."""
+    misfire: MisfirePolicy | str
+    """What to do with fire times missed while no scheduler ran; default ``run_once``."""
+    catchup_window: float
+    """Seconds back ``run_all`` replays missed fire times; default 3600."""
+    priority: int
+    """-100 to 100, higher first; default 0."""
+    jitter: float
+    """Seconds: each run starts up to this much after its fire time; default 0."""
+    tenant: str
+    """Whose job it is; default ``"default"``."""
+    idempotency_key: str | None
+    """A retried submission with the same key (within a day, same tenant) returns the first job."""
 
 
 class App:
@@ -110,48 +133,53 @@ class App:
         cron: str | None = None,
         at: datetime | str | None = None,
         timezone: str = "UTC",
-        *,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        backoff: float | None = None,
-        backoff_max: float | None = None,
-        overlap: OverlapPolicy | str = OverlapPolicy.SKIP,
-        misfire: MisfirePolicy | str = MisfirePolicy.RUN_ONCE,
-        catchup_window: float = 3600.0,
-        priority: int = 0,
-        jitter: float = 0.0,
-        tenant: str = DEFAULT_TENANT,
-        idempotency_key: str | None = None,
+        **options: Unpack[JobOptions],
     ) -> Job:
         """Submit a job: ``cron`` for a recurring one, ``at`` for one run at a time, neither to run
-        now. Everything is validated first; on a ValidationError nothing is stored.
-        ``idempotency_key``: a retried submission with the same key (within a day, same tenant)
-        returns the first job instead of creating a second."""
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-            raise ValidationError("Idempotency-Key", "must be 1 to 255 characters")
-        task = self.registry.get(task_name)
-        retry = validate_retry(
-            max_attempts if max_attempts is not None else task.retry.max_attempts,
-            backoff if backoff is not None else task.retry.backoff_base,
-            backoff_max if backoff_max is not None else task.retry.backoff_cap,
-        )
+        now. Everything is validated first (``onbeat.validation``, as the REST API does); on a
+        ValidationError nothing is stored. See :class:`JobOptions` for the policies and the
+        idempotency key."""
+        return self.submit(task_name, params, cron, at, timezone, **options).job
+
+    def submit(
+        self,
+        task_name: str,
+        params: dict[str, Any] | None = None,
+        cron: str | None = None,
+        at: datetime | str | None = None,
+        timezone: str = "UTC",
+        **options: Unpack[JobOptions],
+    ) -> CreatedJob:
+        """:meth:`schedule`, also saying whether the job was created by this call or is the one
+        an earlier submission under the same ``idempotency_key`` created (``replayed``)."""
+        unknown = options.keys() - JobOptions.__optional_keys__
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        key = validation.idempotency_key(options.get("idempotency_key"))
+        task = self.registry.get(validation.task_name(task_name))
+        max_attempts, timeout = options.get("max_attempts"), options.get("timeout")
+        backoff, backoff_max = options.get("backoff"), options.get("backoff_max")
         new = NewJob(
             task=task.name,
-            params=validate_params(params),
-            schedule=Schedule.parse(cron=cron, at=at, timezone=timezone),
-            retry=retry,
-            timeout=validate_timeout(timeout if timeout is not None else task.timeout),
-            overlap=_enum(OverlapPolicy, overlap, "overlap"),
-            misfire=_enum(MisfirePolicy, misfire, "misfire"),
-            catchup_window=_non_negative(catchup_window, "catchup_window"),
-            priority=validate_priority(priority),
-            jitter=_non_negative(jitter, "jitter"),
-            tenant=tenant,
-            idempotency_key=idempotency_key,
+            params=validation.params(params),
+            schedule=validation.schedule(cron, at, timezone),
+            retry=validation.retry(
+                task.retry.max_attempts if max_attempts is None else max_attempts,
+                task.retry.backoff_base if backoff is None else backoff,
+                task.retry.backoff_cap if backoff_max is None else backoff_max,
+            ),
+            timeout=validation.timeout(task.timeout if timeout is None else timeout),
+            overlap=validation.overlap(options.get("overlap", OverlapPolicy.SKIP)),
+            misfire=validation.misfire(options.get("misfire", MisfirePolicy.RUN_ONCE)),
+            catchup_window=validation.catchup_window(options.get("catchup_window", 3600.0)),
+            priority=validation.priority(options.get("priority", 0)),
+            jitter=validation.jitter(options.get("jitter", 0.0)),
+            tenant=validation.tenant(options.get("tenant", DEFAULT_TENANT)),
+            idempotency_key=key,
         )
-        job = self.store.job_create(new)
+        created = self.store.job_create(new)
         self._submitted()
-        return job
+        return created
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:
         """The job; with ``tenant``, only if it belongs to that tenant (else NotFoundError, as if
@@ -254,31 +282,34 @@ class App:
         job = self.get_job(job_id, tenant=tenant)
         schedule = None
         if cron is not None or at is not None or timezone is not None:
-            tz = timezone or job.schedule.timezone
+            if cron is None and at is None and job.schedule.kind is not ScheduleKind.CRON:
+                validation.timezone_name(timezone)  # the value first, as the REST API checks it
+                raise ValidationError(
+                    "timezone",
+                    "only a cron schedule has a time zone to change; give a cron expression or "
+                    "an at time",
+                )
             if cron is None and at is None:
-                if job.schedule.kind is not ScheduleKind.CRON:
-                    raise ValidationError(
-                        "timezone",
-                        "only a cron schedule has a time zone to change; give cron or at",
-                    )
                 cron = job.schedule.expression
-            schedule = Schedule.parse(cron=cron, at=at, timezone=tz)
+            schedule = validation.schedule(
+                cron, at, job.schedule.timezone if timezone is None else timezone
+            )
         retry = None
         if max_attempts is not None or backoff is not None or backoff_max is not None:
-            retry = validate_retry(
-                max_attempts if max_attempts is not None else job.retry.max_attempts,
-                backoff if backoff is not None else job.retry.backoff_base,
-                backoff_max if backoff_max is not None else job.retry.backoff_cap,
+            retry = validation.retry(
+                job.retry.max_attempts if max_attempts is None else max_attempts,
+                job.retry.backoff_base if backoff is None else backoff,
+                job.retry.backoff_cap if backoff_max is None else backoff_max,
             )
         changes = JobChanges(
-            params=validate_params(params) if params is not None else None,
+            params=None if params is None else validation.params(params),
             schedule=schedule,
             retry=retry,
-            timeout=validate_timeout(timeout),
-            overlap=_enum(OverlapPolicy, overlap, "overlap") if overlap is not None else None,
-            misfire=_enum(MisfirePolicy, misfire, "misfire") if misfire is not None else None,
-            priority=validate_priority(priority) if priority is not None else None,
-            jitter=_non_negative(jitter, "jitter") if jitter is not None else None,
+            timeout=validation.timeout(timeout),
+            overlap=None if overlap is None else validation.overlap(overlap),
+            misfire=None if misfire is None else validation.misfire(misfire),
+            priority=None if priority is None else validation.priority(priority),
+            jitter=None if jitter is None else validation.jitter(jitter),
         )
         updated = self.store.job_update(job_id, changes)
         self._submitted()
@@ -308,10 +339,13 @@ class App:
     # --- API keys ---------------------------------------------------------------------------
     def create_api_key(self, tenant: str, role: Role | str) -> tuple[ApiKey, str]:
         """A new key for ``tenant`` with ``role``; returns it and the secret key, shown only once."""
-        if not tenant or len(tenant) > 128:
-            raise ValidationError("tenant", "must be 1 to 128 characters")
         key_id, key = new_key()
-        api_key = ApiKey(key_id, tenant, _enum(Role, role, "role"), self.store.now())
+        api_key = ApiKey(
+            key_id,
+            validation.tenant(tenant),
+            validation.choice(Role, role, "role"),
+            self.store.now(),
+        )
         self.store.api_key_insert(api_key, hash_key(key))
         return api_key, key
 
@@ -341,77 +375,3 @@ class App:
 
     async def arun_now(self, job_id: str) -> Execution:
         return await asyncio.to_thread(self.run_now, job_id)
-
-
-# --- validation of what a caller submits -------------------------------------------------------
-def validate_params(params: dict[str, Any] | None) -> dict[str, Any]:
-    """Params must survive a JSON round trip exactly (strict JSON: no NaN, no lone surrogates)
-    and stay small and shallow, so every reader of the job can decode it."""
-    if params is None:
-        return {}
-    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
-        raise ValidationError("params", "must be a JSON object with string keys")
-    if _depth(params) > MAX_PARAMS_DEPTH:
-        raise ValidationError("params", f"is nested deeper than {MAX_PARAMS_DEPTH} levels")
-    try:
-        encoded = json.dumps(params, allow_nan=False).encode()
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:
-        raise ValidationError("params", f"must be strict JSON ({exc})") from None
-    if len(encoded) > MAX_PARAMS_BYTES:
-        raise ValidationError("params", f"is {len(encoded)} bytes; the limit is {MAX_PARAMS_BYTES}")
-    return params
-
-
-def _depth(value: Any, level: int = 1) -> int:
-    if level > MAX_PARAMS_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level)
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise ValidationError("params", "contains a lone surrogate character") from None
-    return level
-
-
-def validate_timeout(timeout: float | None) -> float | None:
-    if timeout is not None:
-        _seconds(timeout, "timeout", minimum_exclusive=True)
-    return timeout
-
-
-def _seconds(value: float, field: str, minimum_exclusive: bool = False) -> float:
-    """A duration in seconds: finite, not negative (or positive), at most a year."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ValidationError(field, "must be a number of seconds")
-    low_ok = value > 0 if minimum_exclusive else value >= 0
-    if not (low_ok and value <= MAX_SECONDS):
-        bound = "positive" if minimum_exclusive else "non-negative"
-        raise ValidationError(
-            field, f"must be a {bound} number of seconds, at most {MAX_SECONDS:.0f}"
-        )
-    return float(value)
-
-
-def validate_priority(priority: int) -> int:
-    if not isinstance(priority, int) or not -100 <= priority <= 100:
-        raise ValidationError("priority", "must be an integer from -100 to 100")
-    return priority
-
-
-def _non_negative(value: float, field: str) -> float:
-    return _seconds(value, field)
-
-
-E = TypeVar("E", OverlapPolicy, MisfirePolicy, Role)
-
-
-def _enum(kind: type[E], value: E | str, field: str) -> E:
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(m.value for m in kind)
-        raise ValidationError(field, f"{value!r} is not one of: {allowed}") from None

@@ -44,3 +44,32 @@ class TaskTimeout(OnbeatError):
 class TaskCrashed(OnbeatError):
     """The process running a task died before the task returned (killed by a signal, ``os._exit``,
     ``SystemExit``); only that run fails."""
+
+
+class UnreadableRecordError(OnbeatError):
+    """A stored record holds something this version cannot read (written behind onbeat's back,
+    by a bug, or by a version with other rules): it is reported, and left as it is."""
+
+    def __init__(self, kind: str, record_id: str, reason: str) -> None:
+        super().__init__(f"{kind} {record_id!r} is stored in a form that cannot be read: {reason}")
+        self.kind = kind
+        self.record_id = record_id
+        self.reason = reason
+
+
+class StoreOpenError(OnbeatError):
+    """The store cannot be opened (no such directory, no permission, not a database...)."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"cannot open the store {location}: {reason}")
+        self.location = location
+        self.reason = reason
+
+
+class StoreWriteRefusedError(OnbeatError):
+    """The store refuses writes (its disk is full, its file became read-only, an I/O error):
+    nothing was changed; retry once it accepts writes again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the store refuses writes ({reason})")
+        self.reason = reason

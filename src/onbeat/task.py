@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from onbeat import validation
 from onbeat.errors import TaskNotFoundError, ValidationError
 from onbeat.model import RetryPolicy
 
@@ -55,15 +56,16 @@ class TaskRegistry:
         backoff: float = 1.0,
         backoff_max: float = 300.0,
     ) -> Task:
-        task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        default_name = f"{fn.__module__}.{fn.__qualname__}"
+        task_name = validation.text(
+            "name", default_name if name is None else name, validation.MAX_TASK_NAME
+        )
         if task_name in self._tasks and self._tasks[task_name].fn is not fn:
             raise ValidationError(
                 "name", f"a different task is already registered as {task_name!r}"
             )
-        retry = validate_retry(max_attempts, backoff, backoff_max)
-        if timeout is not None and timeout <= 0:
-            raise ValidationError("timeout", "must be a positive number of seconds")
-        task = Task(task_name, fn, retry, timeout)
+        retry = validation.retry(max_attempts, backoff, backoff_max)
+        task = Task(task_name, fn, retry, validation.timeout(timeout))
         self._tasks[task_name] = task
         return task
 
@@ -78,12 +80,3 @@ class TaskRegistry:
 
     def __iter__(self) -> Any:
         return iter(self._tasks.values())
-
-
-def validate_retry(max_attempts: int, backoff: float, backoff_max: float) -> RetryPolicy:
-    if not 1 <= max_attempts <= 1000:
-        raise ValidationError("max_attempts", "must be between 1 and 1000")
-    for field, value in (("backoff", backoff), ("backoff_max", backoff_max)):
-        if not 0 <= value <= 366 * 24 * 3600:
-            raise ValidationError(field, "must be a number of seconds from 0 to one year")
-    return RetryPolicy(max_attempts, backoff, max(backoff_max, backoff))

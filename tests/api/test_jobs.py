@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import threading
 from typing import Any
 
 import httpx
 import pytest
 
 from onbeat import App, ExecutionStatus, JobStatus
+from onbeat.store.base import CreatedJob, NewJob
 from onbeat.testing import FakeClock
 from tests.api.conftest import assert_problem, run_due, snapshot
 
@@ -217,9 +220,34 @@ async def test_create_job__idempotency_key_returns_the_first_job(
     other = await client.post("/jobs", json=body, headers={"Idempotency-Key": "k-2"})
     assert first.status_code == again.status_code == other.status_code == 201
     assert again.json()["id"] == first.json()["id"] != other.json()["id"]
-    assert again.headers["idempotent-replayed"] == "true"
-    assert "idempotent-replayed" not in first.headers
-    assert len(onbeat_app.list_jobs()) == 2
+    assert (first.headers["idempotent-replayed"], again.headers["idempotent-replayed"]) == (
+        "false",
+        "true",
+    )
+    assert "idempotent-replayed" not in (await client.post("/jobs", json=body)).headers
+    assert len(onbeat_app.list_jobs()) == 3
+
+
+async def test_create_job__concurrent_retries_with_one_key_have_exactly_one_creator(
+    client: httpx.AsyncClient, onbeat_app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a POST replayed is decided by the insert itself: two retries that both get past
+    every check before either inserts make one job, and exactly one says it created it."""
+    arrived = threading.Barrier(2, timeout=10)
+    create = onbeat_app.store.job_create
+
+    def create_together(new: NewJob) -> CreatedJob:
+        arrived.wait()  # both requests are in the store call before either inserts
+        return create(new)
+
+    monkeypatch.setattr(onbeat_app.store, "job_create", create_together)
+    body, key = {"task": "echo", "params": {"n": 1}}, {"Idempotency-Key": "k-race"}
+    answers = await asyncio.gather(*(client.post("/jobs", json=body, headers=key) for _ in "ab"))
+    assert [a.status_code for a in answers] == [201, 201]
+    assert answers[0].json()["id"] == answers[1].json()["id"]
+    replayed = sorted(a.headers.get("idempotent-replayed", "false") for a in answers)
+    assert replayed == ["false", "true"]
+    assert len(onbeat_app.list_jobs()) == 1
 
 
 async def test_create_job__idempotency_key_reused_with_another_body_is_422(

@@ -131,7 +131,7 @@ async def test_readyz__ok_when_the_store_answers(client: httpx.AsyncClient) -> N
     response = await client.get("/readyz")
     assert (response.status_code, response.json()) == (
         200,
-        {"status": "ready", "checks": {"store": "ok"}},
+        {"status": "ready", "checks": {"store": "ok", "store_writes": "ok"}},
     )
 
 

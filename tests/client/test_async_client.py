@@ -108,7 +108,7 @@ async def test_async_client__dead_letters_preview_audit_and_health(live: LiveNod
         assert (report.expected, report.missing, report.records) == (1, [], {"succeeded": 1})
 
         assert (await client.health()).status == "ok"
-        assert (await client.ready()).checks == {"store": "ok"}
+        assert (await client.ready()).checks == {"store": "ok", "store_writes": "ok"}
 
 
 async def test_async_client__typed_errors(shared_live: LiveNode) -> None:

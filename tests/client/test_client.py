@@ -351,7 +351,7 @@ def test_audit__invalid_range_and_unknown_job(client: Client) -> None:
 def test_health_and_ready(client: Client) -> None:
     assert client.health().status == "ok"
     ready = client.ready()
-    assert (ready.status, ready.checks) == ("ready", {"store": "ok"})
+    assert (ready.status, ready.checks) == ("ready", {"store": "ok", "store_writes": "ok"})
 
 
 # --- auth and connection --------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,17 @@ def test_app__idempotency_key_survives_a_restart(tmp_path: Path, clock: FakeCloc
         ({"jitter": -1}, "jitter"),
         ({"overlap": "sometimes"}, "overlap"),
         ({"idempotency_key": ""}, "Idempotency-Key"),
+        ({"idempotency_key": 42}, "Idempotency-Key"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"priority": True}, "priority"),
+        ({"backoff": "1"}, "backoff"),
+        ({"tenant": ""}, "tenant"),
+        ({"tenant": 5}, "tenant"),
+        ({"params": {"pair": (1, 2)}}, "params"),
+        ({"params": {"ids": {1, 2}}}, "params"),
+        ({"params": {"by_id": {1: "a"}}}, "params"),
+        ({"params": {"when": datetime(2026, 1, 1, tzinfo=UTC)}}, "params"),
     ],
 )
 def test_app__bad_input_is_refused_naming_the_field_and_stores_nothing(
@@ -66,4 +78,48 @@ def test_app__unknown_task_is_refused(tmp_path: Path, clock: FakeClock) -> None:
         app.schedule("nope")
     assert refused.value.field == "task"
     assert app.list_jobs() == []
+    app.close()
+
+
+def test_app__unknown_option_is_a_type_error(tmp_path: Path, clock: FakeClock) -> None:
+    app = make_app(tmp_path / "onbeat.db", clock)
+    with pytest.raises(TypeError, match="colour"):
+        app.schedule("noop", colour="red")  # type: ignore[call-arg]
+    app.close()
+
+
+@pytest.mark.parametrize(
+    ("arg", "value"),
+    [
+        ("max_attempts", 2.5),
+        ("max_attempts", True),
+        ("max_attempts", 0),
+        ("timeout", 0),
+        ("timeout", "5"),
+        ("backoff", float("nan")),
+        ("backoff_max", -1),
+    ],
+)
+def test_task__registration_refuses_what_schedule_refuses_with_the_same_message(
+    tmp_path: Path, clock: FakeClock, arg: str, value: Any
+) -> None:
+    app = make_app(tmp_path / "onbeat.db", clock)
+    with pytest.raises(ValidationError) as at_schedule:
+        app.schedule("noop", **{arg: value})
+    with pytest.raises(ValidationError) as at_registration:
+        app.task(name="other", **{arg: value})(lambda ctx: None)
+    assert (at_registration.value.field, at_registration.value.message) == (
+        at_schedule.value.field,
+        at_schedule.value.message,
+    )
+    assert "other" not in app.registry
+    app.close()
+
+
+@pytest.mark.parametrize("name", ["", 5, "x" * 201, "\ud800"])
+def test_task__registration_refuses_a_bad_name(tmp_path: Path, clock: FakeClock, name: Any) -> None:
+    app = make_app(tmp_path / "onbeat.db", clock)
+    with pytest.raises(ValidationError) as refused:
+        app.task(name=name)(lambda ctx: None)
+    assert refused.value.field == "name"
     app.close()

@@ -11,7 +11,10 @@ UTF-8, a cursor this API did not issue); **422** it was read but a value is inva
 violation or an :class:`onbeat.errors.ValidationError`); **401** no valid API key (with
 ``WWW-Authenticate: Bearer``); **403** the key's role may not do this; **404** no such resource or route;
 **405** method not allowed; **409** the resource's state forbids the change; **413** body too
-large; **503** not ready.
+large; **500** a stored record cannot be read (``unreadable-record``: a row written behind
+onbeat's back; listings leave it out) or an unexpected error; **503** not ready, or the store
+refuses writes (``store-refuses-writes``: disk full, read-only; nothing was changed), with
+``Retry-After``.
 """
 
 from __future__ import annotations
@@ -29,11 +32,19 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
-from onbeat.errors import ConflictError, NotFoundError, ValidationError
+from onbeat.errors import (
+    ConflictError,
+    NotFoundError,
+    StoreWriteRefusedError,
+    UnreadableRecordError,
+    ValidationError,
+)
 
 log = logging.getLogger("onbeat.api")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+RETRY_AFTER_SECONDS = 30
+"""What a 503 asks the client to wait (``Retry-After``)."""
 _MAX_MESSAGE = 500  # longest message echoed back; some messages quote user input
 
 TITLES = {
@@ -47,6 +58,8 @@ TITLES = {
     "conflict": "Conflict",
     "payload-too-large": "Request body too large",
     "not-ready": "Not ready",
+    "store-refuses-writes": "Store refuses writes",
+    "unreadable-record": "Stored record unreadable",
     "internal": "Internal server error",
     "http-error": "HTTP error",
 }
@@ -128,7 +141,10 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "The resource's current state forbids this change.",
         413: "Request body too large.",
         422: "A value is invalid; `errors` names each offending field.",
-        503: "Not ready.",
+        500: "A stored record cannot be read (written behind onbeat's back), or an unexpected "
+        "error.",
+        503: "The store refuses writes (disk full, read-only) or is unreachable; nothing was "
+        "changed. Retry after `Retry-After` seconds.",
     }
     return {s: {"model": Problem, "description": descriptions[s]} for s in statuses}
 
@@ -205,6 +221,20 @@ async def _on_conflict(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(409, "conflict", str(exc))
 
 
+async def _on_unreadable(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UnreadableRecordError)
+    log.error("%s %s: %s", request.method, request.url.path, exc)
+    detail = f"{exc}; repair or delete it in the store"
+    return problem_response(500, "unreadable-record", detail)
+
+
+async def _on_write_refused(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StoreWriteRefusedError)
+    detail = f"{exc}; nothing was changed: retry later"
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return problem_response(503, "store-refuses-writes", detail, headers=headers)
+
+
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ProblemError)
     return problem_response(exc.status, exc.kind, exc.detail, exc.errors, exc.headers)
@@ -260,6 +290,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ValidationError, _on_validation)
     app.add_exception_handler(NotFoundError, _on_not_found)
     app.add_exception_handler(ConflictError, _on_conflict)
+    app.add_exception_handler(UnreadableRecordError, _on_unreadable)
+    app.add_exception_handler(StoreWriteRefusedError, _on_write_refused)
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(Exception, _on_unexpected)

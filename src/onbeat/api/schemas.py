@@ -1,20 +1,27 @@
 """Pydantic models at the HTTP boundary only: request bodies, response documents, converters.
 
 The engine's dataclasses (``onbeat.model``) stay free of HTTP concerns; these models decide what
-a client may send (strict JSON types: ``"5"`` is not a number, ``true`` is not an integer) and what
-it gets back (timestamps ISO-8601 with offset, ids opaque strings, enums as their values).
-Semantic checks (cron syntax, time zones, registered tasks, the 64 KiB params cap) stay in the App.
+a client may send and what it gets back (timestamps ISO-8601 with offset, ids opaque strings,
+enums as their values). Every field a client sends is checked by the same function of
+``onbeat.validation`` that checks the Python API's argument of that name (:class:`Checked`), so
+both refuse the same values with the same message; what only the engine knows (cron syntax, time
+zones, registered tasks) is checked by the App behind the route.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
+from onbeat import validation
 from onbeat.audit import AuditReport
+from onbeat.errors import ValidationError
 from onbeat.model import (
     AttemptOutcome,
     DeadLetter,
@@ -31,77 +38,111 @@ from onbeat.task import Task
 
 NEXT_FIRE_TIMES = 5
 """Fire times shown with each job."""
-MAX_SECONDS = 366 * 24 * 3600.0
-"""Upper bound of every duration a client sets (backoff, timeout, jitter, catch-up window)."""
-MAX_TEXT = 64
-"""Longest ``at`` timestamp and time zone name (the App's limits)."""
-MAX_PARAMS_DEPTH = 64
-"""Deepest nesting of params accepted (the params object itself is level 1)."""
+MAX_TEXT = validation.MAX_AT
+"""Longest timestamp or time zone name in a query string."""
 
 
-def _valid_unicode(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains a lone surrogate (\\ud800-\\udfff), which is not text") from None
-    return value
+@dataclass(frozen=True)
+class Checked:
+    """Annotation of a request field: validated by ``check`` (a function of ``onbeat.validation``,
+    whose ValidationError message becomes the field's error message) and documented in the OpenAPI
+    document as ``schema``. ``nullable``: null is accepted and means "not given"."""
+
+    check: Callable[[Any], object]
+    schema: dict[str, Any] = field(hash=False)
+    nullable: bool = False
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(self._validate)
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"anyOf": [self.schema, {"type": "null"}]} if self.nullable else dict(self.schema)
+
+    def _validate(self, value: Any) -> object:
+        if value is None and self.nullable:
+            return None
+        try:
+            return self.check(value)
+        except ValidationError as exc:
+            raise PydanticCustomError("invalid", "{message}", {"message": exc.message}) from None
 
 
-def _json_text(value: dict[str, Any]) -> dict[str, Any]:
-    """Params must survive a JSON round trip as UTF-8 (no NaN/Infinity, no lone surrogates) and be
-    shallow enough to be served back (the response serializer stops at ~250 levels)."""
-    if _depth(value) > MAX_PARAMS_DEPTH:
-        raise ValueError(f"is nested deeper than {MAX_PARAMS_DEPTH} levels")
-    try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains a lone surrogate (\\ud800-\\udfff), which is not text") from None
-    except RecursionError:
-        raise ValueError("is nested too deeply") from None
-    except ValueError:
-        raise ValueError("contains NaN or Infinity, which JSON does not allow") from None
-    return value
+def _integer(low: int, high: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": low, "maximum": high}
 
 
-def _depth(value: object) -> int:
-    """Nesting depth of a JSON value (a scalar is 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: list[object] = list(item.values())
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level + 1)
-        if deepest > MAX_PARAMS_DEPTH:
-            break
-        stack.extend((child, level + 1) for child in children)
-    return deepest
+def _text(max_length: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": max_length, **extra}
 
 
-Text = Annotated[str, Strict(), AfterValidator(_valid_unicode)]
-Params = Annotated[dict[str, Any], AfterValidator(_json_text)]
-Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS)]
-PositiveSeconds = Annotated[float, Strict(), Field(gt=0, le=MAX_SECONDS)]
-MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=1000)]
-Priority = Annotated[int, Strict(), Field(ge=-100, le=100)]
-Expression = Annotated[Text, Field(min_length=1, max_length=MAX_CRON_LENGTH)]
-At = Annotated[
-    Text,
-    Field(
-        max_length=MAX_TEXT,
-        description="ISO-8601 with a UTC offset, e.g. 2026-03-29T02:30:00+02:00.",
-        json_schema_extra={"format": "date-time"},
+_SECONDS = {"type": "number", "minimum": 0, "maximum": validation.MAX_SECONDS}
+_AT = _text(
+    validation.MAX_AT,
+    format="date-time",
+    description="ISO-8601 with a UTC offset, e.g. 2026-03-29T02:30:00+02:00.",
+)
+_TIMEZONE = _text(validation.MAX_TIMEZONE, examples=["Europe/Berlin"])
+
+TaskName = Annotated[str, Checked(validation.task_name, _text(validation.MAX_TASK_NAME))]
+Params = Annotated[
+    dict[str, Any] | None,
+    Checked(validation.params, {"type": "object"}, nullable=True),
+    Field(description="JSON object; at most 64 KiB of JSON, nested at most 64 levels."),
+]
+Expression = Annotated[
+    str | None, Checked(validation.cron_text, _text(MAX_CRON_LENGTH), nullable=True)
+]
+At = Annotated[str | None, Checked(validation.at_text, _AT, nullable=True)]
+TimeZone = Annotated[str, Checked(validation.timezone_name, _TIMEZONE)]
+TimeZoneChange = Annotated[str | None, Checked(validation.timezone_name, _TIMEZONE, nullable=True)]
+MaxAttempts = Annotated[
+    int | None,
+    Checked(validation.max_attempts, _integer(1, validation.MAX_ATTEMPTS), nullable=True),
+]
+Priority = Annotated[
+    int | None,
+    Checked(
+        validation.priority,
+        _integer(validation.MIN_PRIORITY, validation.MAX_PRIORITY),
+        nullable=True,
     ),
 ]
-TimeZone = Annotated[Text, Field(min_length=1, max_length=MAX_TEXT, examples=["Europe/Berlin"])]
+Timeout = Annotated[
+    float | None,
+    Checked(
+        validation.timeout,
+        {"type": "number", "exclusiveMinimum": 0, "maximum": validation.MAX_SECONDS},
+        nullable=True,
+    ),
+]
+Backoff = Annotated[float | None, Checked(validation.backoff, _SECONDS, nullable=True)]
+BackoffMax = Annotated[float | None, Checked(validation.backoff_max, _SECONDS, nullable=True)]
+CatchupWindow = Annotated[float | None, Checked(validation.catchup_window, _SECONDS, nullable=True)]
+Jitter = Annotated[float | None, Checked(validation.jitter, _SECONDS, nullable=True)]
+Overlap = Annotated[
+    OverlapPolicy | None,
+    Checked(
+        validation.overlap,
+        {"type": "string", "enum": [p.value for p in OverlapPolicy]},
+        nullable=True,
+    ),
+]
+Misfire = Annotated[
+    MisfirePolicy | None,
+    Checked(
+        validation.misfire,
+        {"type": "string", "enum": [p.value for p in MisfirePolicy]},
+        nullable=True,
+    ),
+]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -109,28 +150,26 @@ class ScheduleIn(_Request):
     """When a job fires: ``now``; ``once`` at ``at``; ``cron`` by ``expression`` in ``timezone``."""
 
     type: ScheduleKind
-    expression: Expression | None = None
-    at: At | None = None
+    expression: Expression = None
+    at: At = None
     timezone: TimeZone = "UTC"
 
 
 class JobCreate(_Request):
-    task: Annotated[Text, Field(min_length=1, max_length=200)]
-    params: Params = Field(default_factory=dict, description="JSON object; at most 64 KiB.")
+    task: TaskName
+    params: Params = None
     schedule: ScheduleIn = Field(default_factory=lambda: ScheduleIn(type=ScheduleKind.NOW))
-    max_attempts: MaxAttempts | None = Field(None, description="Default: the task's.")
-    backoff: Seconds | None = Field(
-        None, description="Backoff base in seconds; default: the task's."
-    )
-    backoff_max: Seconds | None = Field(
+    max_attempts: MaxAttempts = Field(None, description="Default: the task's.")
+    backoff: Backoff = Field(None, description="Backoff base in seconds; default: the task's.")
+    backoff_max: BackoffMax = Field(
         None, description="Backoff cap in seconds; default: the task's."
     )
-    timeout: PositiveSeconds | None = Field(None, description="Seconds; default: the task's.")
-    overlap: OverlapPolicy | None = Field(None, description="Default: skip.")
-    misfire: MisfirePolicy | None = Field(None, description="Default: run_once.")
-    catchup_window: Seconds | None = Field(None, description="Seconds; default 3600.")
-    priority: Priority | None = Field(None, description="Default 0.")
-    jitter: Seconds | None = Field(None, description="Seconds; default 0.")
+    timeout: Timeout = Field(None, description="Seconds; default: the task's.")
+    overlap: Overlap = Field(None, description="Default: skip.")
+    misfire: Misfire = Field(None, description="Default: run_once.")
+    catchup_window: CatchupWindow = Field(None, description="Seconds; default 3600.")
+    priority: Priority = Field(None, description="Default 0.")
+    jitter: Jitter = Field(None, description="Seconds; default 0.")
 
 
 class ScheduleChange(_Request):
@@ -139,24 +178,24 @@ class ScheduleChange(_Request):
     ``POST /jobs/{id}/run``."""
 
     type: Literal[ScheduleKind.ONCE, ScheduleKind.CRON] | None = None
-    expression: Expression | None = None
-    at: At | None = None
-    timezone: TimeZone | None = None
+    expression: Expression = None
+    at: At = None
+    timezone: TimeZoneChange = None
 
 
 class JobPatch(_Request):
     """Fields to change; an absent or null field is left as it is."""
 
-    params: Params | None = None
+    params: Params = None
     schedule: ScheduleChange | None = None
-    max_attempts: MaxAttempts | None = None
-    backoff: Seconds | None = None
-    backoff_max: Seconds | None = None
-    timeout: PositiveSeconds | None = None
-    overlap: OverlapPolicy | None = None
-    misfire: MisfirePolicy | None = None
-    priority: Priority | None = None
-    jitter: Seconds | None = None
+    max_attempts: MaxAttempts = None
+    backoff: Backoff = None
+    backoff_max: BackoffMax = None
+    timeout: Timeout = None
+    overlap: Overlap = None
+    misfire: Misfire = None
+    priority: Priority = None
+    jitter: Jitter = None
 
 
 # --- responses --------------------------------------------------------------------------------

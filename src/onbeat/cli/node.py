@@ -57,6 +57,7 @@ def up(
     from onbeat.node import serve
 
     app = load_app(app_spec, database_url)
+    app.store  # noqa: B018  (opened now: a store that cannot be opened is one line, not a traceback)
     if not no_api and not _is_loopback(host) and not insecure and not app.auth_enabled():
         raise click.UsageError(
             f"refusing to serve {host}: no API key exists, so the API would be open to anyone. "
@@ -102,8 +103,9 @@ def keys_create(tenant: str, role: str, database_url: str | None) -> None:
 @_database_option
 def keys_list(database_url: str | None) -> None:
     """List keys (ids, tenants, roles; never the keys themselves)."""
+    listed = _store_app(database_url).list_api_keys()
     click.echo(f"{'ID':<14}{'TENANT':<24}{'ROLE':<8}{'CREATED':<34}REVOKED")
-    for k in _store_app(database_url).list_api_keys():
+    for k in listed:
         revoked = k.revoked_at.isoformat() if k.revoked_at else "-"
         click.echo(
             f"{k.id:<14}{k.tenant:<24}{k.role.value:<8}{k.created_at.isoformat():<34}{revoked}"

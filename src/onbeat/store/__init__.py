@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from onbeat.clock import Clock
+from onbeat.errors import StoreOpenError
 from onbeat.store.base import Store
 
 __all__ = ["Store", "open_store"]
 
 
 def open_store(url: str, clock: Clock, shard_count: int = 16) -> Store:
-    """Pick the backend from the URL scheme: ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``."""
+    """Pick the backend from the URL scheme: ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``.
+    Raises StoreOpenError, saying why in one line, if the store cannot be opened."""
     if url.startswith("sqlite:///"):
         from onbeat.store.sqlite import SQLiteStore
 
         return SQLiteStore(url.removeprefix("sqlite:///"), clock, shard_count)
-    raise ValueError(f"database_url: unsupported scheme in {url!r} (expected sqlite:///PATH)")
+    raise StoreOpenError(repr(url), "unsupported scheme (expected sqlite:///PATH)")

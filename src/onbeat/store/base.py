@@ -50,6 +50,15 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class CreatedJob:
+    """What ``Store.job_create`` did: the job, and whether it is an earlier one returned again for
+    the same idempotency key (``replayed``) rather than created by this call."""
+
+    job: Job
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobChanges:
     """Fields of a job to edit; None leaves a field as it is."""
 
@@ -124,17 +133,25 @@ class Store(Protocol):
         """The store's clock (the database server's time where it has one)."""
         ...
 
-    # --- API role -------------------------------------------------------------------------
-    def job_create(self, new: NewJob) -> Job:
-        """Insert the job and its first execution in one transaction. With an idempotency key
-        already used by the tenant, return that job instead; if the key was used for a different
-        submission, raise ValidationError naming ``Idempotency-Key``."""
+    def write_refusal(self) -> str | None:
+        """Why the store refuses writes, or None if it accepts them. Every method that writes
+        raises StoreWriteRefusedError (nothing changed) when the database refuses the write
+        (disk full, read-only, I/O error); from then on this probes with a write of its own,
+        until one succeeds. While nothing was refused it answers without touching the disk."""
         ...
 
-    def job_get(self, job_id: str) -> Job | None: ...
+    # --- API role -------------------------------------------------------------------------
+    def job_create(self, new: NewJob) -> CreatedJob:
+        """Insert the job and its first execution in one transaction (``replayed`` False). With an
+        idempotency key already used by the tenant for the same submission, return that job with
+        ``replayed`` True instead; if the key was used for a different submission, raise
+        ValidationError naming ``Idempotency-Key``. The key is looked up inside the inserting
+        transaction, so of concurrent submissions under one key exactly one is not replayed."""
+        ...
 
-    def job_id_for_idempotency_key(self, tenant: str, key: str) -> str | None:
-        """The job a live idempotency key of ``tenant`` created, if any."""
+    def job_get(self, job_id: str) -> Job | None:
+        """The job; UnreadableRecordError if its stored values cannot be decoded or fail
+        ``onbeat.validation.check_job`` (a row written behind the store's back)."""
         ...
 
     def job_list(
@@ -146,7 +163,9 @@ class Store(Protocol):
         after_id: str | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs in id order (which is creation order), starting after ``after_id``."""
+        """Up to ``limit`` jobs in id order (which is creation order), starting after
+        ``after_id``. A job ``job_get`` would find unreadable is logged and left out (the rows
+        after it still fill the page), so one bad row never breaks a listing."""
         ...
 
     def job_update(self, job_id: str, changes: JobChanges) -> Job:

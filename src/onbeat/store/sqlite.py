@@ -12,17 +12,28 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from onbeat import validation
 from onbeat.auth import ApiKey, Role
 from onbeat.clock import Clock, SystemClock
-from onbeat.errors import ConflictError, NotFoundError, ValidationError
+from onbeat.errors import (
+    ConflictError,
+    NotFoundError,
+    StoreOpenError,
+    StoreWriteRefusedError,
+    UnreadableRecordError,
+    ValidationError,
+)
 from onbeat.model import (
     Attempt,
     AttemptOutcome,
@@ -59,6 +70,7 @@ from onbeat.store.base import (
     ClaimedRun,
     ClaimResult,
     Completion,
+    CreatedJob,
     DispatchParams,
     JobChanges,
     NewJob,
@@ -67,6 +79,15 @@ from onbeat.store.base import (
 from onbeat.store.queries import load_queries, migrations
 
 Q = load_queries("sqlite")
+BUSY_TIMEOUT = 30.0
+"""Seconds a connection waits for another process's lock before giving up."""
+WRITE_PROBE_BYTES = 64 * 1024
+"""What the write probe stores (and drops): as much as the largest job's params."""
+_WRITE_REFUSALS = frozenset(
+    {sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN}
+)
+"""Primary result codes of a write the database cannot take (as opposed to a bug or a lock)."""
+log = logging.getLogger("onbeat.store")
 IDEMPOTENCY_RETENTION = timedelta(days=1)
 
 
@@ -89,38 +110,94 @@ class SQLiteStore:
     dialect = "sqlite"
 
     def __init__(self, path: str | Path, clock: Clock | None = None, shard_count: int = 16) -> None:
+        """Open (creating if need be) and migrate the database at ``path``; StoreOpenError if it
+        cannot be."""
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=30.0
-        )
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        # NORMAL survives a process crash (kill -9); only a power loss can roll back the newest commits.
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        self._migrate()
-        with self._tx() as c:
-            if c.execute(Q["shard_count"]).fetchone()[0] == 0:
-                c.executemany(Q["shard_init"], [{"shard": s} for s in range(shard_count)])
-            self.shard_count: int = c.execute(Q["shard_count"]).fetchone()[0]
+        self._write_refused: str | None = None
+        try:
+            self._conn = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+            )
+        except sqlite3.Error as exc:
+            raise _open_error(Path(path), exc) from exc
+        try:
+            self._conn.row_factory = sqlite3.Row
+            self._use_wal()
+            # NORMAL survives a process crash (kill -9); only a power loss can roll back the newest commits.
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+            with self._tx() as c:
+                if c.execute(Q["shard_count"]).fetchone()[0] == 0:
+                    c.executemany(Q["shard_init"], [{"shard": s} for s in range(shard_count)])
+                self.shard_count: int = c.execute(Q["shard_count"]).fetchone()[0]
+        except (sqlite3.Error, StoreWriteRefusedError) as exc:
+            self._conn.close()
+            raise _open_error(Path(path), exc) from exc
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction. A write the database refuses (disk full, read-only file, I/O
+        error) is rolled back, remembered (``write_refusal``) and raised as
+        StoreWriteRefusedError; a failed COMMIT is rolled back too, so the connection never
+        stays inside a dead transaction."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in _WRITE_REFUSALS:
+                    raise
+                if self._write_refused is None:
+                    log.error("the store refuses writes: %s", exc)
+                self._write_refused = str(exc)
+                raise StoreWriteRefusedError(str(exc)) from exc
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             yield self._conn
+
+    def write_refusal(self) -> str | None:
+        if self._write_refused is None:
+            return None  # nothing was refused: no need to touch the disk
+        try:
+            with self._tx() as c:
+                c.execute(Q["write_probe_create"])
+                c.execute(Q["write_probe_fill"], {"bytes": WRITE_PROBE_BYTES})
+                c.execute(Q["write_probe_drop"])
+        except StoreWriteRefusedError:
+            return self._write_refused
+        log.warning("the store accepts writes again")
+        self._write_refused = None
+        return None
+
+    def _use_wal(self) -> None:
+        """Put the file in WAL mode. The switch needs the file to itself for a moment, and SQLite
+        refuses it at once, without waiting out busy_timeout, while another connection is writing
+        (another node setting up the same new file, say): so it is retried until the timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        pause = 0.001
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if (
+                    exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY
+                    or time.monotonic() > deadline
+                ):
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
     def _migrate(self) -> None:
         with self._tx() as c:
@@ -148,7 +225,7 @@ class SQLiteStore:
         return to_us(self._clock.now())
 
     # --- API role ---------------------------------------------------------------------------
-    def job_create(self, new: NewJob) -> Job:
+    def job_create(self, new: NewJob) -> CreatedJob:
         now = self.now()
         job_id = new_id()
         first = first_execution(new.schedule, new.jitter, now)
@@ -170,7 +247,7 @@ class SQLiteStore:
             # Looked up inside the writing transaction: two concurrent retries make one job.
             replayed = self._idempotent_job(c, new, now) if new.idempotency_key else None
             if replayed is not None:
-                return replayed
+                return CreatedJob(replayed, replayed=True)
             c.execute(Q["job_insert"], row)
             if new.idempotency_key is not None:
                 c.execute(
@@ -187,7 +264,7 @@ class SQLiteStore:
             if first:
                 self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
             job = _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
-        return job
+        return CreatedJob(job, replayed=False)
 
     def _idempotent_job(self, c: sqlite3.Connection, new: NewJob, now: datetime) -> Job | None:
         c.execute(Q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
@@ -202,15 +279,10 @@ class SQLiteStore:
             )
         return _job(self._job_for_update(c, found["job_id"]))
 
-    def job_id_for_idempotency_key(self, tenant: str, key: str) -> str | None:
-        with self._read() as c:
-            found = c.execute(Q["idempotency_key_get"], {"tenant": tenant, "key": key}).fetchone()
-        return None if found is None else str(found["job_id"])
-
     def job_get(self, job_id: str) -> Job | None:
         with self._read() as c:
             row = c.execute(Q["job_get"], {"id": job_id}).fetchone()
-        return _job(row) if row else None
+        return _readable_job(row) if row else None
 
     def job_list(
         self,
@@ -226,10 +298,21 @@ class SQLiteStore:
             "status": status.value if status else None,
             "task": task,
             "after_id": after_id or "",
-            "limit": limit,
         }
+        jobs: list[Job] = []
         with self._read() as c:
-            return [_job(r) for r in c.execute(Q["job_list"], args)]
+            while len(jobs) < limit:  # an unreadable row is left out, and the next one read
+                wanted = limit - len(jobs)
+                rows = c.execute(Q["job_list"], {**args, "limit": wanted}).fetchall()
+                for row in rows:
+                    try:
+                        jobs.append(_readable_job(row))
+                    except UnreadableRecordError as exc:
+                        log.error("%s; it is left out of the listing", exc)
+                if len(rows) < wanted:
+                    break
+                args["after_id"] = rows[-1]["id"]
+        return jobs
 
     def _job_for_update(self, c: sqlite3.Connection, job_id: str) -> sqlite3.Row:
         row: sqlite3.Row | None = c.execute(Q["job_get"], {"id": job_id}).fetchone()
@@ -1063,6 +1146,25 @@ def _claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
     )
 
 
+def _open_error(path: Path, exc: sqlite3.Error | StoreWriteRefusedError) -> StoreOpenError:
+    """Why SQLite could not open ``path``, in words a user can act on."""
+    location = str(path.absolute())
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+        return StoreOpenError(location, "the file is not an SQLite database")
+    try:
+        if path.is_dir():
+            return StoreOpenError(location, "it is a directory")
+        if not path.parent.is_dir():
+            return StoreOpenError(location, f"directory {path.parent.absolute()} does not exist")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            return StoreOpenError(location, "permission denied (it must be readable and writable)")
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            return StoreOpenError(location, f"permission denied on {path.parent.absolute()}")
+    except PermissionError:
+        return StoreOpenError(location, "permission denied")
+    return StoreOpenError(location, str(exc))
+
+
 def _fingerprint(new: NewJob) -> str:
     """What a submission asks for, so that reusing its idempotency key for another is refused."""
     described = dataclasses.asdict(dataclasses.replace(new, idempotency_key=None))
@@ -1136,6 +1238,21 @@ def _job(r: sqlite3.Row) -> Job:
         created_at=from_us(r["created_at"]),
         updated_at=from_us(r["updated_at"]),
     )
+
+
+def _readable_job(r: sqlite3.Row) -> Job:
+    """The job of a row, checked as a submission is, for the API role's reads: a row written
+    behind onbeat's back raises UnreadableRecordError saying what in it is wrong."""
+    try:
+        job = _job(r)
+        validation.check_job(job)
+    except ValidationError as exc:
+        raise UnreadableRecordError("job", r["id"], f"{exc.field} {exc.message}") from exc
+    except json.JSONDecodeError as exc:
+        raise UnreadableRecordError("job", r["id"], f"params is not JSON ({exc})") from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise UnreadableRecordError("job", r["id"], str(exc)) from exc
+    return job
 
 
 def _api_key(r: sqlite3.Row) -> ApiKey:

@@ -191,7 +191,7 @@ def _claim(
 
 def _start(store: Store, new: NewJob | None = None, owner: str = WORKER) -> ClaimedRun:
     """Create a job that runs now, dispatch it and claim its run."""
-    job = store.job_create(new or _new())
+    job = store.job_create(new or _new()).job
     run = _only_run(store, job.id)
     assert run.id in _ids(_dispatch(store))
     return _claim(store, run.id, owner)
@@ -231,7 +231,7 @@ def _job_in_shards(store: Store, shards: Iterable[int], new: NewJob | None = Non
     """A job whose shard is one of ``shards`` (jobs created on the way are cancelled)."""
     wanted = set(shards)
     for _ in range(200):
-        job = store.job_create(new or _new())
+        job = store.job_create(new or _new()).job
         if job.shard in wanted:
             return job
         store.job_cancel(job.id)
@@ -240,7 +240,7 @@ def _job_in_shards(store: Store, shards: Iterable[int], new: NewJob | None = Non
 
 def _misfired(store: Store, clock: FakeClock, misfire: MisfirePolicy, **overrides: Any) -> Job:
     """An hourly job created at 12:00 (first fire 13:00) whose scheduler comes back at 17:30."""
-    job = store.job_create(_cron(HOURLY, misfire=misfire, **overrides))
+    job = store.job_create(_cron(HOURLY, misfire=misfire, **overrides)).job
     assert job.next_fire_at == clock.now().replace(hour=13)
     clock.set(clock.now().replace(hour=17, minute=30))
     return job
@@ -256,11 +256,10 @@ class StoreContract:
     ) -> None:
         first = store.job_create(_new(idempotency_key="k-1"))
         again = store.job_create(_new(idempotency_key="k-1"))
-        assert again.id == first.id
-        assert [j.id for j in store.job_list()] == [first.id]
-        assert len(_runs(store, first.id)) == 1
-        assert store.job_id_for_idempotency_key(first.tenant, "k-1") == first.id
-        assert store.job_id_for_idempotency_key("another-tenant", "k-1") is None
+        assert again.job.id == first.job.id
+        assert (first.replayed, again.replayed) == (False, True)
+        assert [j.id for j in store.job_list()] == [first.job.id]
+        assert len(_runs(store, first.job.id)) == 1
 
     def test_job_create__idempotency_key_reused_for_another_submission_is_refused(
         self, store: Store, clock: FakeClock
@@ -274,17 +273,17 @@ class StoreContract:
     def test_job_create__idempotency_key_is_per_tenant_and_expires_after_a_day(
         self, store: Store, clock: FakeClock
     ) -> None:
-        mine = store.job_create(_new(tenant="acme", idempotency_key="k"))
-        theirs = store.job_create(_new(tenant="globex", idempotency_key="k"))
+        mine = store.job_create(_new(tenant="acme", idempotency_key="k")).job
+        theirs = store.job_create(_new(tenant="globex", idempotency_key="k")).job
         assert mine.id != theirs.id
         clock.advance(24 * 3600 + 1)
-        later = store.job_create(_new(tenant="acme", idempotency_key="k"))
+        later = store.job_create(_new(tenant="acme", idempotency_key="k")).job
         assert later.id != mine.id
 
     def test_job_create__now_job_with_first_execution_due_now(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_new())
+        job = store.job_create(_new()).job
         assert job.status is JobStatus.ACTIVE
         assert job.next_fire_at == clock.now()
         assert 0 <= job.shard < store.shard_count
@@ -302,7 +301,7 @@ class StoreContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         at = _at(clock, 3600)
-        job = store.job_create(_once(at))
+        job = store.job_create(_once(at)).job
         assert job.next_fire_at == at
         run = _only_run(store, job.id)
         assert run.status is ExecutionStatus.SCHEDULED
@@ -311,7 +310,7 @@ class StoreContract:
     def test_job_create__cron_job_first_execution_at_next_fire(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron("*/15 * * * *"))
+        job = store.job_create(_cron("*/15 * * * *")).job
         fire = clock.now().replace(minute=15)
         assert job.next_fire_at == fire
         run = _only_run(store, job.id)
@@ -324,7 +323,8 @@ class StoreContract:
     ) -> None:
         jitter = 30.0
         runs = [
-            _only_run(store, store.job_create(_cron(HOURLY, jitter=jitter)).id) for _ in range(8)
+            _only_run(store, store.job_create(_cron(HOURLY, jitter=jitter)).job.id)
+            for _ in range(8)
         ]
         for run in runs:
             assert run.scheduled_for == clock.now().replace(hour=13)
@@ -345,7 +345,7 @@ class StoreContract:
             jitter=3.0,
             tenant="acme",
         )
-        job = store.job_create(new)
+        job = store.job_create(new).job
         for name in (
             "task",
             "params",
@@ -366,7 +366,7 @@ class StoreContract:
         assert store.job_get("no-such-job") is None
 
     def test_job_list__keyset_pages_in_id_order(self, store: Store, clock: FakeClock) -> None:
-        created = {store.job_create(_new()).id for _ in range(5)}
+        created = {store.job_create(_new()).job.id for _ in range(5)}
         pages: list[list[str]] = []
         after: str | None = None
         while True:
@@ -380,9 +380,9 @@ class StoreContract:
         assert listed == sorted(created)
 
     def test_job_list__filters(self, store: Store, clock: FakeClock) -> None:
-        a = store.job_create(_new(task="tasks.a", tenant="t1"))
-        b = store.job_create(_new(task="tasks.b", tenant="t2"))
-        c = store.job_create(_new(task="tasks.a", tenant="t2"))
+        a = store.job_create(_new(task="tasks.a", tenant="t1")).job
+        b = store.job_create(_new(task="tasks.b", tenant="t2")).job
+        c = store.job_create(_new(task="tasks.a", tenant="t2")).job
         store.job_pause(c.id)
         assert {j.id for j in store.job_list(tenant="t1")} == {a.id}
         assert {j.id for j in store.job_list(tenant="t2")} == {b.id, c.id}
@@ -395,7 +395,7 @@ class StoreContract:
     def test_execution_list__newest_fire_first_with_keyset_pages(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(EVERY_SECOND))
+        job = store.job_create(_cron(EVERY_SECOND)).job
         _dispatch(store)  # fires at +1..+10 queued, +11 scheduled
         runs = _runs(store, job.id)
         assert len(runs) == 11
@@ -500,9 +500,9 @@ class StoreContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         t0 = clock.now()
-        now_run = _only_run(store, store.job_create(_new(priority=3)).id)
-        soon_run = _only_run(store, store.job_create(_once(_at(clock, 5))).id)
-        later_run = _only_run(store, store.job_create(_once(_at(clock, 60))).id)
+        now_run = _only_run(store, store.job_create(_new(priority=3)).job.id)
+        soon_run = _only_run(store, store.job_create(_once(_at(clock, 5))).job.id)
+        later_run = _only_run(store, store.job_create(_once(_at(clock, 60))).job.id)
         items = _dispatch(store)
         assert sorted(items, key=lambda i: i.due_at) == [
             QueueItem(now_run.id, t0, 3),
@@ -528,7 +528,7 @@ class StoreContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         _leases(store, SCHEDULER)  # holds every shard
-        run = _only_run(store, store.job_create(_new()).id)
+        run = _only_run(store, store.job_create(_new()).job.id)
         leases = _leases(store, OTHER_SCHEDULER)
         assert leases.epochs == {}
         assert store.execution_dispatch(DispatchParams(leases, WINDOW, GRACE, 1000)) == []
@@ -537,7 +537,7 @@ class StoreContract:
     def test_execution_dispatch__materialises_next_cron_fire(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(EVERY_MINUTE))
+        job = store.job_create(_cron(EVERY_MINUTE)).job
         first = _only_run(store, job.id)
         clock.advance(55)
         assert _dispatch(store) == [QueueItem(first.id, first.scheduled_for, 0)]
@@ -555,7 +555,7 @@ class StoreContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         t0 = clock.now()
-        job = store.job_create(_cron(EVERY_SECOND))
+        job = store.job_create(_cron(EVERY_SECOND)).job
         items = _dispatch(store, window=10)
         assert sorted(i.due_at for i in items) == [t0 + timedelta(seconds=s) for s in range(1, 11)]
         runs = _runs(store, job.id)
@@ -571,7 +571,7 @@ class StoreContract:
         clock.advance(SHARD_TTL + 1)
         taker = _leases(store, OTHER_SCHEDULER)
         assert set(taker.epochs) == set(stale.epochs)
-        job = store.job_create(_cron(EVERY_SECOND))
+        job = store.job_create(_cron(EVERY_SECOND)).job
         run = _only_run(store, job.id)
         clock.advance(1)
         assert store.execution_dispatch(DispatchParams(stale, WINDOW, GRACE, 1000)) == []
@@ -583,7 +583,7 @@ class StoreContract:
     def test_execution_dispatch__takeovers_never_duplicate_runs(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(EVERY_MINUTE))
+        job = store.job_create(_cron(EVERY_MINUTE)).job
         owners = [SCHEDULER, OTHER_SCHEDULER]
         stale: list[ShardLeases] = []
         alive = 0
@@ -659,14 +659,14 @@ class StoreContract:
     def test_execution_dispatch__late_within_grace_is_no_misfire(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_new(misfire=MisfirePolicy.SKIP))
+        job = store.job_create(_new(misfire=MisfirePolicy.SKIP)).job
         clock.advance(GRACE / 2)
         assert _ids(_dispatch(store, grace=GRACE)) == {_only_run(store, job.id).id}
 
     def test_execution_dispatch__misfired_once_job_run_once_runs(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_once(_at(clock, 300), misfire=MisfirePolicy.RUN_ONCE))
+        job = store.job_create(_once(_at(clock, 300), misfire=MisfirePolicy.RUN_ONCE)).job
         clock.advance(7200)
         run = _only_run(store, job.id)
         assert _ids(_dispatch(store, grace=GRACE)) == {run.id}
@@ -675,7 +675,7 @@ class StoreContract:
     def test_execution_dispatch__misfired_once_job_skip_completes_job(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_once(_at(clock, 300), misfire=MisfirePolicy.SKIP))
+        job = store.job_create(_once(_at(clock, 300), misfire=MisfirePolicy.SKIP)).job
         clock.advance(7200)
         assert _dispatch(store, grace=GRACE) == []
         run = _only_run(store, job.id)
@@ -691,7 +691,7 @@ class StoreContract:
         retry = RetryPolicy(max_attempts=5, backoff_base=2.0, backoff_cap=30.0)
         job = store.job_create(
             _new(task="tasks.mail", params={"to": "a@b.c"}, timeout=4.5, retry=retry)
-        )
+        ).job
         before = _only_run(store, job.id)
         _dispatch(store)
         result = store.execution_claim([before.id], WORKER, 25.0, GRACE)
@@ -725,7 +725,7 @@ class StoreContract:
     def test_execution_claim__batch_starts_each_due_run(
         self, store: Store, clock: FakeClock
     ) -> None:
-        ids = [_only_run(store, store.job_create(_new()).id).id for _ in range(3)]
+        ids = [_only_run(store, store.job_create(_new()).job.id).id for _ in range(3)]
         _dispatch(store)
         result = store.execution_claim([*ids, "no-such-execution"], WORKER, RUN_TTL, GRACE)
         assert _ids(result.started) == set(ids)
@@ -748,7 +748,7 @@ class StoreContract:
     def test_execution_claim__run_not_dispatched_is_not_started(
         self, store: Store, clock: FakeClock
     ) -> None:
-        run = _only_run(store, store.job_create(_new()).id)
+        run = _only_run(store, store.job_create(_new()).job.id)
         result = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE)
         assert result.started == []
         assert _get(store, run.id).status is ExecutionStatus.SCHEDULED
@@ -756,7 +756,7 @@ class StoreContract:
     def test_execution_claim__not_due_by_store_clock_is_handed_back(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_once(_at(clock, 5), priority=2))
+        job = store.job_create(_once(_at(clock, 5), priority=2)).job
         run = _only_run(store, job.id)
         assert _ids(_dispatch(store)) == {run.id}
         result = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE)
@@ -769,7 +769,7 @@ class StoreContract:
     def test_execution_claim__paused_job_run_waits_for_resume(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_new())
+        job = store.job_create(_new()).job
         run = _only_run(store, job.id)
         _dispatch(store)
         store.job_pause(job.id)
@@ -787,7 +787,7 @@ class StoreContract:
     def test_execution_claim__cancelled_job_run_is_not_started(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_new())
+        job = store.job_create(_new()).job
         run = _only_run(store, job.id)
         _dispatch(store)
         store.job_cancel(job.id)
@@ -994,7 +994,7 @@ class StoreContract:
     def test_execution_finish_many__final_run_completes_one_shot_job(
         self, store: Store, clock: FakeClock
     ) -> None:
-        cron_job = store.job_create(_cron(EVERY_SECOND))
+        cron_job = store.job_create(_cron(EVERY_SECOND)).job
         clock.advance(1)
         ok = _start(store)
         dead = _start(store, _once(clock.now()))
@@ -1096,12 +1096,12 @@ class StoreContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         t0 = clock.now()
-        lost = _only_run(store, store.job_create(_new(priority=4)).id)
+        lost = _only_run(store, store.job_create(_new(priority=4)).job.id)
         running = _start(store)
         assert _get(store, lost.id).status is ExecutionStatus.QUEUED
         clock.advance(120)
         store.execution_heartbeat(WORKER, RUN_TTL)
-        upcoming = _only_run(store, store.job_create(_once(_at(clock, 5))).id)
+        upcoming = _only_run(store, store.job_create(_once(_at(clock, 5))).job.id)
         assert _ids(_dispatch(store)) == {upcoming.id}
         leases = _leases(store)
         every = list(range(store.shard_count))
@@ -1144,7 +1144,7 @@ class StoreContract:
     # -- job_pause / job_resume ----------------------------------------------------------------
 
     def test_job_pause__stops_dispatch_until_resume(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_new())
+        job = store.job_create(_new()).job
         run = _only_run(store, job.id)
         paused = store.job_pause(job.id)
         assert paused.status is JobStatus.PAUSED
@@ -1168,7 +1168,7 @@ class StoreContract:
     def test_job_resume__cron_fire_missed_while_paused_is_skipped(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         missed = _only_run(store, job.id)
         store.job_pause(job.id)
         clock.set(clock.now().replace(hour=14, minute=30))
@@ -1186,7 +1186,7 @@ class StoreContract:
     def test_job_resume__every_fire_missed_while_paused_is_recorded(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         store.job_pause(job.id)
         clock.set(clock.now().replace(hour=15, minute=30))
         store.job_resume(job.id, misfire_grace=GRACE)
@@ -1197,7 +1197,7 @@ class StoreContract:
     def test_job_resume__cron_fire_within_grace_still_runs(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         run = _only_run(store, job.id)
         store.job_pause(job.id)
         clock.set(clock.now().replace(hour=13, minute=0, second=30))
@@ -1206,7 +1206,7 @@ class StoreContract:
         assert run.id in _ids(_dispatch(store))
 
     def test_job_resume__pending_one_shot_runs(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_once(_at(clock, 60)))
+        job = store.job_create(_once(_at(clock, 60))).job
         run = _only_run(store, job.id)
         store.job_pause(job.id)
         clock.advance(3600)
@@ -1217,7 +1217,7 @@ class StoreContract:
     def test_job_resume__pending_one_shot_runs_despite_misfire_skip(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_once(_at(clock, 60), misfire=MisfirePolicy.SKIP))
+        job = store.job_create(_once(_at(clock, 60), misfire=MisfirePolicy.SKIP)).job
         run = _only_run(store, job.id)
         store.job_pause(job.id)
         clock.advance(3600)
@@ -1227,7 +1227,7 @@ class StoreContract:
     # -- job_cancel ----------------------------------------------------------------------------
 
     def test_job_cancel__tombstones_pending_runs(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_cron(EVERY_MINUTE))
+        job = store.job_create(_cron(EVERY_MINUTE)).job
         clock.advance(55)
         _dispatch(store)  # 12:01 queued, 12:02 scheduled
         clock.advance(1)
@@ -1277,7 +1277,7 @@ class StoreContract:
         assert reaped.status is not ExecutionStatus.SUCCEEDED
 
     def test_job_cancel__refuses_later_changes(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_new())
+        job = store.job_create(_new()).job
         store.job_cancel(job.id)
         with pytest.raises(ConflictError):
             store.job_update(job.id, JobChanges(params={"x": 1}))
@@ -1307,7 +1307,7 @@ class StoreContract:
     # -- job_update ----------------------------------------------------------------------------
 
     def test_job_update__fields_apply_to_next_claim(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_new(params={"n": 1}))
+        job = store.job_create(_new(params={"n": 1})).job
         retry = RetryPolicy(max_attempts=9, backoff_base=3.0, backoff_cap=40.0)
         updated = store.job_update(
             job.id, JobChanges(params={"n": 2}, retry=retry, timeout=7.0, priority=6)
@@ -1338,7 +1338,7 @@ class StoreContract:
     def test_job_update__new_schedule_replaces_pending_schedule_runs(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(EVERY_MINUTE))
+        job = store.job_create(_cron(EVERY_MINUTE)).job
         clock.advance(55)
         _dispatch(store)  # 12:01 queued, 12:02 scheduled
         clock.advance(1)
@@ -1361,7 +1361,7 @@ class StoreContract:
     def test_job_update__new_schedule_with_same_first_fire_keeps_a_pending_run(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         fire = _only_run(store, job.id).scheduled_for
         updated = store.job_update(job.id, JobChanges(schedule=Schedule.parse(cron="0 13 * * *")))
         assert updated.next_fire_at == fire
@@ -1387,7 +1387,7 @@ class StoreContract:
     # -- job_run_now ---------------------------------------------------------------------------
 
     def test_job_run_now__manual_execution_due_now(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         scheduled = _only_run(store, job.id)
         clock.advance(5)
         manual = store.job_run_now(job.id)
@@ -1402,7 +1402,7 @@ class StoreContract:
         assert _job(store, job.id).next_fire_at == scheduled.scheduled_for
 
     def test_job_run_now__twice_at_same_instant(self, store: Store, clock: FakeClock) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         first = store.job_run_now(job.id)
         second = store.job_run_now(job.id)
         assert second.trigger is Trigger.MANUAL
@@ -1486,7 +1486,7 @@ class StoreContract:
     ) -> None:
         job = store.job_create(
             _cron(EVERY_MINUTE, overlap=OverlapPolicy.QUEUE, misfire=MisfirePolicy.SKIP)
-        )
+        ).job
         first_run = _only_run(store, job.id)
         clock.set(first_run.scheduled_for)
         _dispatch(store)
@@ -1509,7 +1509,7 @@ class StoreContract:
     def test_execution_claim__overlap_skip_of_one_shot_run_completes_job(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_once(_at(clock, 60)))
+        job = store.job_create(_once(_at(clock, 60))).job
         manual = store.job_run_now(job.id)
         _dispatch(store)
         _claim(store, manual.id)
@@ -1564,7 +1564,7 @@ class StoreFencingMachine(RuleBasedStateMachine):
         self.store = self._exit.enter_context(type(self).open_store(directory, self.clock))
         self.ids: list[str] = []
         for _ in range(_MACHINE_RUNS):
-            job = self.store.job_create(_new(retry=_MACHINE_RETRY, overlap=OverlapPolicy.ALLOW))
+            job = self.store.job_create(_new(retry=_MACHINE_RETRY, overlap=OverlapPolicy.ALLOW)).job
             self.ids.append(_only_run(self.store, job.id).id)
         self.issued: dict[str, list[int]] = {eid: [] for eid in self.ids}
         """Fencing tokens claims handed out, per run, in order."""

@@ -141,7 +141,7 @@ class ScheduleChainContract:
     ) -> None:
         """0 * * * * edited to 0,30 * * * * at 12:10: 12:30 ran, then nothing ever again."""
         sim = Simulated(store, clock)
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         sim.run_for(600, step=5)  # 12:10
         store.job_update(job.id, JobChanges(schedule=Schedule.parse(cron="0,30 * * * *")))
         assert_chain_intact(store, job.id)
@@ -160,7 +160,7 @@ class ScheduleChainContract:
         """An edit within the dispatch window of a fire time both schedules share: that fire
         time is already queued, so the new schedule's chain must go on after it."""
         sim = Simulated(store, clock)
-        job = store.job_create(_cron("*/5 * * * *"))
+        job = store.job_create(_cron("*/5 * * * *")).job
         sim.run_for(300 - seconds_before, step=1)  # the 12:05 run is queued, not yet due
         assert any(r.status is ExecutionStatus.QUEUED for r in _runs(store, job.id))
         store.job_update(
@@ -178,7 +178,7 @@ class ScheduleChainContract:
     def test_job_update__after_a_stall_the_old_schedules_fire_times_get_records(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(HOURLY, misfire=MisfirePolicy.SKIP))
+        job = store.job_create(_cron(HOURLY, misfire=MisfirePolicy.SKIP)).job
         _stall(store, clock, job, hours=3.5)  # 13:00, 14:00, 15:00 never planned
         store.job_update(job.id, JobChanges(schedule=Schedule.parse(cron="15 * * * *")))
         Simulated(store, clock).run_for(3600, step=10)
@@ -191,7 +191,7 @@ class ScheduleChainContract:
     def test_job_cancel__after_a_stall_every_fire_time_has_a_record(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(HOURLY))
+        job = store.job_create(_cron(HOURLY)).job
         _stall(store, clock, job, hours=3.5)
         store.job_cancel(job.id)
         recorded = statuses_by_fire(store, job.id)
@@ -215,7 +215,7 @@ class ScheduleChainContract:
         misfire: MisfirePolicy,
         ran_hours: list[int],
     ) -> None:
-        job = store.job_create(_cron(HOURLY, misfire=misfire, catchup_window=7200.0))
+        job = store.job_create(_cron(HOURLY, misfire=misfire, catchup_window=7200.0)).job
         _stall(store, clock, job, hours=3.5)  # back at 15:30
         Simulated(store, clock).run_for(60, step=5)
         runs = {r.scheduled_for.hour: r for r in _runs(store, job.id)}
@@ -233,7 +233,7 @@ class ScheduleChainContract:
     ) -> None:
         """Runs already queued when the node died come back through the sweep after the outage:
         the misfire policy applies to them where they start, not only where they are planned."""
-        job = store.job_create(_cron(EVERY_MINUTE, misfire=misfire, catchup_window=600.0))
+        job = store.job_create(_cron(EVERY_MINUTE, misfire=misfire, catchup_window=600.0)).job
         clock.advance(55)
         queued = _dispatch(store, window=200.0)  # 12:01 .. 12:04 queued, 12:05 planned
         assert len(queued) == 4
@@ -254,7 +254,7 @@ class ScheduleChainContract:
     def test_execution_claim__run_all_runs_queued_runs_inside_the_catchup_window(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(EVERY_MINUTE, misfire=MisfirePolicy.RUN_ALL))
+        job = store.job_create(_cron(EVERY_MINUTE, misfire=MisfirePolicy.RUN_ALL)).job
         clock.advance(55)
         queued = _dispatch(store, window=200.0)
         clock.advance(300)  # down 5 minutes: inside the default 1 h catch-up window
@@ -269,7 +269,7 @@ class ScheduleChainContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         """An every-second cron down longer than one dispatch walks: no fire time is jumped."""
-        job = store.job_create(_cron(EVERY_SECOND, misfire=MisfirePolicy.SKIP))
+        job = store.job_create(_cron(EVERY_SECOND, misfire=MisfirePolicy.SKIP)).job
         down = MAX_FIRES_PER_DISPATCH + 500
         clock.advance(down)
         for _ in range(4):
@@ -287,7 +287,7 @@ class ScheduleChainContract:
     ) -> None:
         """A stall's fire times within the grace all come due at once: each waits for the one
         before it instead of being skipped as "overlapping" a run that started after it."""
-        job = store.job_create(_cron("*/10 * * * * *", overlap=overlap))
+        job = store.job_create(_cron("*/10 * * * * *", overlap=overlap)).job
         clock.advance(45)  # 12:00:10 .. 12:00:40 missed by less than the grace
         sim = Simulated(store, clock)
         sim.tick()
@@ -301,7 +301,7 @@ class ScheduleChainContract:
     def test_execution_claim__overlap_skip_still_skips_a_run_due_while_one_runs(
         self, store: Store, clock: FakeClock
     ) -> None:
-        job = store.job_create(_cron(EVERY_MINUTE, overlap=OverlapPolicy.SKIP))
+        job = store.job_create(_cron(EVERY_MINUTE, overlap=OverlapPolicy.SKIP)).job
         clock.advance(55)
         first, second = sorted(_dispatch(store, window=70.0), key=lambda i: i.due_at)
         clock.set(first.due_at)
@@ -369,7 +369,7 @@ class ScheduleHistoryMachine(RuleBasedStateMachine):
     def create(self, cron: str, misfire: MisfirePolicy, overlap: OverlapPolicy) -> None:
         job = self.store.job_create(
             _cron(cron, misfire=misfire, overlap=overlap, catchup_window=300.0)
-        )
+        ).job
         self.job_id = job.id
 
     @rule(seconds=st.sampled_from([1, 5, 9, 10, 30, 59, 61, 120]))

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from onbeat import validation
 from onbeat.api.auth import CallerDep
 from onbeat.api.cursors import decode_cursor, invalid_cursor, page_of
 from onbeat.api.deps import (
@@ -38,8 +39,7 @@ from onbeat.app import App
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
-
-MAX_KEY_LENGTH = 255
+from onbeat.store.base import CreatedJob
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -50,16 +50,35 @@ SCHEDULE_FIELDS = {
     "at": "schedule.at",
     "timezone": "schedule.timezone",
 }
-_READ = problem_responses(400, 404, 413, 422)
-_WRITE = problem_responses(400, 404, 409, 413, 422)
+_READ = problem_responses(400, 404, 413, 422, 500)
+_WRITE = problem_responses(400, 404, 409, 413, 422, 500, 503)
 
 
 # --- create -----------------------------------------------------------------------------------
+_CREATED: dict[int | str, dict[str, Any]] = {
+    201: {
+        "description": "The job (created now, or by an earlier request with the same key).",
+        "headers": {
+            "Location": {
+                "description": "The job's URL.",
+                "required": True,
+                "schema": {"type": "string"},
+            },
+            "Idempotent-Replayed": {
+                "description": "Sent with an Idempotency-Key: `false` if this request created "
+                "the job, `true` if an earlier request with the key did.",
+                "schema": {"type": "string", "enum": ["true", "false"]},
+            },
+        },
+    }
+}
+
+
 @router.post(
     "",
     status_code=201,
     response_model=JobOut,
-    responses=problem_responses(400, 413, 422),
+    responses={**_CREATED, **problem_responses(400, 413, 422, 503)},
     summary="Submit a job",
 )
 def create_job(
@@ -72,33 +91,29 @@ def create_job(
         str | None,
         Header(
             alias="Idempotency-Key",
-            min_length=1,
-            max_length=MAX_KEY_LENGTH,
             description="Makes a retried POST return the first job instead of creating a second.",
+            # checked by the App, as the Python API's idempotency_key is
+            json_schema_extra={"minLength": 1, "maxLength": validation.MAX_IDEMPOTENCY_KEY},
         ),
     ] = None,
 ) -> JobOut:
     """Validate everything (task registered, schedule, zone, policies, params size), store the job
     (in the caller's tenant) and its first execution, and answer with the job and its next fire
     times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it."""
-    tenant = caller.home_tenant
-    seen = idempotency_key is not None and (
-        onbeat.store.job_id_for_idempotency_key(tenant, idempotency_key) is not None
-    )
-    job = _create(onbeat, body, tenant, idempotency_key)
-    if seen:
-        response.headers["Idempotent-Replayed"] = "true"
-    response.headers["Location"] = str(request.url_for("get_job", job_id=job.id))
-    return job_out(job)
+    created = _create(onbeat, body, caller.home_tenant, idempotency_key)
+    if idempotency_key is not None:
+        response.headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
+    response.headers["Location"] = str(request.url_for("get_job", job_id=created.job.id))
+    return job_out(created.job)
 
 
-def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> Job:
+def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
     cron, at = _schedule_args(body.schedule)
     options = body.model_dump(
         exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
     )
     with fields_renamed(SCHEDULE_FIELDS):
-        return onbeat.schedule(
+        return onbeat.submit(
             body.task,
             body.params,
             cron=cron,
@@ -268,11 +283,7 @@ def _schedule_change(job: Job, change: ScheduleChange) -> dict[str, Any]:
         if change.timezone is None:
             raise ValidationError("schedule", "give an expression, an at time or a timezone")
         if job.schedule.kind is not ScheduleKind.CRON:
-            raise ValidationError(
-                "schedule.timezone",
-                "only a cron schedule is evaluated in a time zone; give an at time to move a "
-                "one-shot job",
-            )
+            return {"timezone": change.timezone}  # which the App refuses, as for Python callers
         kind, expression = ScheduleKind.CRON, job.schedule.expression
     timezone = change.timezone or job.schedule.timezone
     cron = expression if kind is ScheduleKind.CRON else None

@@ -8,7 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from onbeat.api.deps import OnbeatApp, parse_instant
-from onbeat.api.problems import ProblemError, fields_renamed, problem_responses
+from onbeat.api.problems import (
+    RETRY_AFTER_SECONDS,
+    ProblemError,
+    fields_renamed,
+    problem_responses,
+)
 from onbeat.api.schemas import (
     MAX_TEXT,
     FireTimeOut,
@@ -75,13 +80,18 @@ async def healthz() -> Health:
     summary="Readiness",
 )
 def readyz(onbeat: OnbeatApp) -> Readiness:
-    """The store answers a query. (The embedded node's delay queue is in-process, so it is
-    reachable whenever this answers.)"""
+    """The store answers a query and accepts writes. (The embedded node's delay queue is
+    in-process, so it is reachable whenever this answers.) After a write was refused (disk full,
+    read-only), each call probes with a small write and reports ready again once one succeeds."""
+    retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     try:
         onbeat.list_jobs(limit=1)
+        refusal = onbeat.store.write_refusal()
     except Exception as exc:
         log.warning("readiness check failed: store unreachable", exc_info=exc)
         raise ProblemError(
-            503, "not-ready", f"the store is unreachable ({type(exc).__name__})"
+            503, "not-ready", f"the store is unreachable ({type(exc).__name__})", headers=retry
         ) from None
-    return Readiness(checks={"store": "ok"})
+    if refusal is not None:
+        raise ProblemError(503, "not-ready", f"the store refuses writes ({refusal})", headers=retry)
+    return Readiness(checks={"store": "ok", "store_writes": "ok"})

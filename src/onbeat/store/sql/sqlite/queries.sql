@@ -330,3 +330,14 @@ VALUES (:tenant, :key, :fingerprint, :job_id, :now);
 
 -- name: idempotency_key_prune
 DELETE FROM idempotency_keys WHERE created_at < :before;
+
+-- name: write_probe_create
+-- The write probe (SQLiteStore.write_refusal): a table made, filled and dropped in one
+-- transaction, so it needs fresh pages as a new job does, and leaves nothing behind.
+CREATE TABLE onbeat_write_probe (filler BLOB);
+
+-- name: write_probe_fill
+INSERT INTO onbeat_write_probe VALUES (zeroblob(:bytes));
+
+-- name: write_probe_drop
+DROP TABLE onbeat_write_probe;
