@@ -39,4 +39,9 @@ class Settings(BaseSettings):
     sweep_overdue: float = Field(
         15.0, ge=0, description="A queued run this overdue and not started is re-enqueued."
     )
+    sweep_batch: int = Field(
+        5000,
+        ge=1,
+        description="Most queued runs one sweep pass reads; the next pass goes on from there.",
+    )
     reap_interval: float = Field(1.0, gt=0)

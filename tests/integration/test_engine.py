@@ -192,7 +192,7 @@ async def test_engine__lost_queue_is_rebuilt_by_the_sweep(node: Node) -> None:
     await node.worker.run_until_idle()
     assert node.calls.seen == []
     node.clock.advance(node.app.settings.sweep_overdue + 1)
-    assert await node.scheduler.sweep([0, 1, 2, 3], node.app.settings.sweep_overdue) == 1
+    assert await node.scheduler.sweep() == 1
     await node.worker.run_until_idle()
     assert [e.status for e in node.app.list_executions(job.id)] == [ExecutionStatus.SUCCEEDED]
 

@@ -59,6 +59,8 @@ from onbeat.store.base import (
     JobChanges,
     NewJob,
     ShardLeases,
+    SweepCursor,
+    SweepPage,
 )
 from onbeat.store.queries import load_queries, migrations
 
@@ -81,6 +83,8 @@ def _opt_dt(us: int | None) -> datetime | None:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_US = 2**62
+"""Beyond any time in microseconds: an open end of a time range."""
 
 
 class SQLiteStore:
@@ -665,17 +669,43 @@ class SQLiteStore:
         return out
 
     def execution_sweep(
-        self, leases: ShardLeases, shards: Sequence[int], overdue_by: float | None, limit: int
-    ) -> list[QueueItem]:
+        self,
+        leases: ShardLeases,
+        shards: Sequence[int],
+        overdue_by: float | None,
+        limit: int,
+        after: SweepCursor | None = None,
+    ) -> SweepPage:
+        """One range read per shard on executions_dispatch, from the cursor's (due_at, id) on, so
+        a page costs its own rows, not the backlog's."""
         now = self.now()
-        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else 2**62
+        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else _MAX_US
+        start = after.shard if after is not None else -1
+        owned = sorted({s for s in shards if s in leases.epochs and s >= start})
+        items: list[QueueItem] = []
+        last: sqlite3.Row | None = None
         with self._read() as c:
-            owned = [s for s in shards if s in leases.epochs]
-            rows = c.execute(
-                Q["execution_sweep"],
-                {"shards": json.dumps(owned), "before": before, "limit": limit},
-            )
-            return [QueueItem(r["id"], from_us(r["due_at"]), r["priority"]) for r in rows]
+            for shard in owned:
+                if len(items) >= limit:
+                    break
+                after_due_at, after_id = -_MAX_US, ""  # from the shard's first run
+                if after is not None and shard == after.shard:
+                    after_due_at, after_id = to_us(after.due_at), after.execution_id
+                rows = c.execute(
+                    Q["execution_sweep"],
+                    {
+                        "shard": shard,
+                        "before": before,
+                        "after_due_at": after_due_at,
+                        "after_id": after_id,
+                        "limit": limit - len(items),
+                    },
+                ).fetchall()
+                items.extend(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]) for r in rows)
+                last = rows[-1] if rows else last
+        if last is None or len(items) < limit:
+            return SweepPage(items, None)
+        return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
 
     def execution_reap(self, leases: ShardLeases, limit: int) -> list[Execution]:
         now_us = self._now_us()

@@ -1105,12 +1105,12 @@ class StoreContract:
         assert _ids(_dispatch(store)) == {upcoming.id}
         leases = _leases(store)
         every = list(range(store.shard_count))
-        assert store.execution_sweep(leases, every, 60.0, 100) == [QueueItem(lost.id, t0, 4)]
-        assert store.execution_sweep(leases, every, 300.0, 100) == []
-        swept = store.execution_sweep(leases, every, None, 100)
+        assert store.execution_sweep(leases, every, 60.0, 100).items == [QueueItem(lost.id, t0, 4)]
+        assert store.execution_sweep(leases, every, 300.0, 100).items == []
+        swept = store.execution_sweep(leases, every, None, 100).items
         assert _ids(swept) == {lost.id, upcoming.id}
         assert running.execution.id not in _ids(swept)
-        assert store.execution_sweep(leases, [], None, 100) == []
+        assert store.execution_sweep(leases, [], None, 100).items == []
         assert _get(store, lost.id).status is ExecutionStatus.QUEUED
 
     # -- execution_release ---------------------------------------------------------------------

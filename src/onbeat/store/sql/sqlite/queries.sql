@@ -109,11 +109,13 @@ UPDATE executions SET status = :status, reason = :reason, finished_at = :now
 WHERE id = :id AND status IN ('scheduled', 'queued');
 
 -- name: execution_sweep
-SELECT e.id, e.due_at, j.priority
+-- One shard's queued runs due before :before, after the (:after_due_at, :after_id) position: a
+-- range read on executions_dispatch (only runs sharing one due_at are sorted, by id).
+SELECT e.id, e.shard, e.due_at, j.priority
 FROM executions e JOIN jobs j ON j.id = e.job_id
-WHERE e.shard IN (SELECT value FROM json_each(:shards))
-  AND e.status = 'queued' AND e.due_at < :before
-ORDER BY e.due_at
+WHERE e.shard = :shard AND e.status = 'queued' AND e.due_at < :before
+  AND (e.due_at, e.id) > (:after_due_at, :after_id)
+ORDER BY e.due_at, e.id
 LIMIT :limit;
 
 -- name: execution_expired_leases
