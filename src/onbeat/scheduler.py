@@ -9,7 +9,8 @@ because the node is busy.
 - renew: the shard leases, every ``shard_renew_interval``;
 - dispatch: executions due within ``window`` in held shards → queued (+ the next execution of each
   cron job), every ``poll_interval``, and at once when ``wake()`` is called;
-- reap: running executions whose lease expired (the worker died or stalled) → retry or dead letter;
+- reap: running executions whose lease expired, in every shard (whoever held them) → queued again
+  in this scheduler's queue, or dead-lettered; safe for any number of schedulers at once;
 - sweep: queued executions the queue lost → enqueued again. Each pass reads one bounded page of the
   overdue ones, going on from where the last pass stopped, and re-enqueues only the ids the queue
   does not hold; shards just taken over get every queued run checked, page by page.
@@ -25,11 +26,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from onbeat.clock import Clock
-from onbeat.queue.base import DelayQueue
+from onbeat.model import ExecutionStatus
+from onbeat.queue.base import DelayQueue, QueueItem
 from onbeat.settings import Settings
 from onbeat.store.base import DispatchParams, ShardLeases, Store, SweepCursor
 
 log = logging.getLogger("onbeat.scheduler")
+
+REAP_BATCH = 1000
+"""Most expired leases one reap transaction handles; a pass goes on until it finds fewer."""
 
 
 def process_name(role: str) -> str:
@@ -162,16 +167,31 @@ class Scheduler:
         return len(lacking), page.resume
 
     async def reap(self) -> int:
-        reaped = await asyncio.to_thread(self.store.execution_reap, self.leases, 1000)
-        for execution in reaped:
-            log.warning(
-                "lease of execution %s expired (attempt %d): now %s",
-                execution.id,
-                execution.attempt,
-                execution.status.value,
-            )
-        self.stats.reaped += len(reaped)
-        return len(reaped)
+        """Take back runs whose lease expired, in every shard, and queue them here again: they run
+        again within their lease TTL + ``reap_interval`` (+ retry backoff) of their worker's
+        death, without waiting for a takeover of their shard. Returns how many were reaped."""
+        total = 0
+        while True:
+            reaped = await asyncio.to_thread(self.store.execution_reap, REAP_BATCH)
+            again = [
+                QueueItem(e.id, e.due_at, e.priority)
+                for e in reaped
+                if e.status is ExecutionStatus.QUEUED
+            ]
+            if again:
+                await self.queue.enqueue(again)
+            for execution in reaped:
+                log.warning(
+                    "lease of execution %s expired (attempt %d): now %s",
+                    execution.id,
+                    execution.attempt,
+                    execution.status.value,
+                )
+            total += len(reaped)
+            if len(reaped) < REAP_BATCH:
+                break
+        self.stats.reaped += total
+        return total
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""

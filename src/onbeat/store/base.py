@@ -267,9 +267,13 @@ class Store(Protocol):
         Used periodically, and on shards just taken over from another scheduler. Reads only."""
         ...
 
-    def execution_reap(self, leases: ShardLeases, limit: int) -> list[Execution]:
-        """Running executions whose lease expired: their worker died or stalled. Each becomes a
-        retry (the lost attempt counts) or, past its last attempt, a dead letter."""
+    def execution_reap(self, limit: int) -> list[Execution]:
+        """Up to ``limit`` running executions whose lease expired, in any shard: their worker died
+        or stalled. Each becomes queued again, due after its retry backoff (the caller enqueues
+        it, so no shard takeover is needed to run it again), or, past its last attempt, failed
+        with a dead letter; the lost attempt counts. Safe for any scheduler at any time: each
+        change is conditional on the lease being still expired and the fencing token unchanged,
+        so a heartbeat or an outcome that commits first wins, and no run is reaped twice."""
         ...
 
     # --- worker role ----------------------------------------------------------------------

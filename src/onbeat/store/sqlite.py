@@ -707,31 +707,56 @@ class SQLiteStore:
             return SweepPage(items, None)
         return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
 
-    def execution_reap(self, leases: ShardLeases, limit: int) -> list[Execution]:
+    def execution_reap(self, limit: int) -> list[Execution]:
+        """Read the expired leases without a write transaction (most passes find none, and every
+        scheduler of every process reaps every second), decide each run in Python, then apply the
+        decisions with one conditional UPDATE and log the lost attempts (and dead letters) of
+        exactly the runs it changed."""
         now_us = self._now_us()
+        with self._read() as c:
+            expired = {
+                r["id"]: r
+                for r in c.execute(Q["execution_expired_leases"], {"now": now_us, "limit": limit})
+            }
+        if not expired:
+            return []
+        decisions = [_reap_decision(r, now_us) for r in expired.values()]
         with self._tx() as c:
-            shards = self._fenced_shards(c, leases)
-            rows = c.execute(
-                Q["execution_expired_leases"],
-                {"shards": json.dumps(shards), "now": now_us, "limit": limit},
+            reaped = c.execute(
+                Q["execution_reap"], {"decisions": json.dumps(decisions), "now": now_us}
             ).fetchall()
-            outcomes = []
-            for r in rows:
-                retry = RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"])
-                last = r["attempt"] >= retry.max_attempts
-                error = f"worker lost: lease expired during attempt {r['attempt']}"
-                done = Completion(
-                    r["id"],
-                    r["fencing_token"],
-                    succeeded=False,
-                    error=error,
-                    retry_in=None if last else backoff_delay(retry, r["attempt"]),
-                )
-                outcomes.append((r, done, AttemptOutcome.LOST))
-            self._finish(c, outcomes, now_us)
-            return self._with_attempts(
-                c, [c.execute(Q["execution_get"], {"id": r["id"]}).fetchone() for r in rows]
+            c.executemany(
+                Q["attempt_finish"],
+                [
+                    {
+                        "id": r["id"],
+                        "fencing_token": r["fencing_token"],
+                        "outcome": AttemptOutcome.LOST.value,
+                        "error": r["last_error"],
+                        "now": now_us,
+                    }
+                    for r in reaped
+                ],
             )
+            failed = [r for r in reaped if r["status"] == ExecutionStatus.FAILED.value]
+            c.executemany(
+                Q["dead_letter_insert"],
+                [
+                    {
+                        "id": r["id"],
+                        "job_id": r["job_id"],
+                        "tenant": expired[r["id"]]["tenant"],
+                        "attempts": r["attempt"],
+                        "error": r["last_error"],
+                        "now": now_us,
+                    }
+                    for r in failed
+                ],
+            )
+            self._complete_one_shots(
+                c, [r for r in reaped if r["status"] != ExecutionStatus.QUEUED.value]
+            )
+            return self._with_attempts(c, reaped)
 
     # --- worker role ------------------------------------------------------------------------
     def execution_claim(
@@ -969,6 +994,29 @@ class SQLiteStore:
             ]
             self._finish(c, outcomes, now_us)
         return len(outcomes)
+
+
+def _reap_decision(r: sqlite3.Row, now_us: int) -> dict[str, Any]:
+    """What becomes of a run whose lease expired: queued again after its backoff, failed after
+    its last attempt, or cancelled with its job."""
+    retry = RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"])
+    decision: dict[str, Any] = {
+        "id": r["id"],
+        "fencing_token": r["fencing_token"],
+        "error": f"worker lost: lease expired during attempt {r['attempt']}",
+        "due_at": None,
+        "reason": None,
+    }
+    if r["job_status"] == JobStatus.CANCELLED.value:
+        return {**decision, "status": ExecutionStatus.CANCELLED.value, "reason": "job cancelled"}
+    if r["attempt"] >= retry.max_attempts:
+        return {**decision, "status": ExecutionStatus.FAILED.value}
+    return {
+        **decision,
+        "status": ExecutionStatus.QUEUED.value,
+        "due_at": now_us + int(backoff_delay(retry, r["attempt"]) * 1_000_000),
+        "reason": f"retry after attempt {r['attempt']} was lost",
+    }
 
 
 def _fingerprint(new: NewJob) -> str:
