@@ -11,8 +11,9 @@ Three phases, each in a fresh process by default (so peak RSS and CPU time are p
   runs were lost (checked in the database at the end: must be 0).
 - ``cron`` (only when named: it takes minutes): ``--cron-jobs`` (100,000) every-minute cron jobs are
   submitted (through a second ``App``, the node running), then the ``--minutes`` (3) minute
-  boundaries after the submission are measured, each on its own. Per boundary: start delay p50/p99/max from the fire time, how many started within 5 s and 60 s,
-  lost (fire times with no record at all) and duplicated (an execution started twice).
+  boundaries after the submission are measured, each on its own. Per boundary: start delay
+  p50/p99/max from the fire time, how many started within 5 s and 60 s, lost (fire times with
+  no record at all) and duplicated (an execution started twice).
 
 All also report CPU time, peak RSS, event-loop lag and the time spent in the node's store calls
 (``--sql-stats``: per SQL statement). See bench/README.md for figures and the analysis.
@@ -552,7 +553,7 @@ async def burst_phase(app: App, db_path: Path, args: argparse.Namespace) -> dict
     }
 
 
-# --- phase 3: every-minute cron jobs over minute boundaries ----------------------------------------
+# --- phase 3: every-minute cron jobs over minute boundaries ---------------------------------------
 async def cron_phase(app: App, db_path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``--cron-jobs`` every-minute cron jobs submitted to a running node; then the ``--minutes``
     minute boundaries after the submission ended, when every job fires, are each measured on

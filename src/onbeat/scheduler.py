@@ -151,7 +151,8 @@ class Scheduler:
     async def _sweep_page(
         self, shards: list[int], overdue_by: float | None, after: SweepCursor | None
     ) -> tuple[int, SweepCursor | None]:
-        """Read one page of queued runs and enqueue those the queue lacks: (how many, next cursor)."""
+        """Read one page of queued runs and enqueue those the queue lacks; returns how many, and
+        where the next page starts."""
         page = await asyncio.to_thread(
             self.store.execution_sweep,
             self.leases,
