@@ -1,6 +1,6 @@
 """Benchmark of the embedded node: SQLite store + in-process delay queue, one process.
 
-Two phases, each in a fresh process by default (so peak RSS and CPU time are per phase):
+Three phases, each in a fresh process by default (so peak RSS and CPU time are per phase):
 
 - ``throughput``: N ``now`` jobs of a no-op task are submitted with ``app.schedule`` before the node
   starts (that is the submission rate), then a ``Node`` (scheduler + worker, as ``onbeat up`` runs
@@ -9,8 +9,13 @@ Two phases, each in a fresh process by default (so peak RSS and CPU time are per
   (``--burst-lead``, 15 s ahead); each run records its start delay (``time.time()`` at start minus
   its ``scheduled_for``). Reports p50/p99/max delay, the time until all had started and how many
   runs were lost (checked in the database at the end: must be 0).
+- ``cron`` (only when named: it takes minutes): ``--cron-jobs`` (100,000) every-minute cron jobs are
+  submitted (through a second ``App``, the node running), then the ``--minutes`` (3) minute
+  boundaries after the submission are measured, each on its own. Per boundary: start delay
+  p50/p99/max from the fire time, how many started within 5 s and 60 s, lost (fire times with
+  no record at all) and duplicated (an execution started twice).
 
-Both also report CPU time, peak RSS, event-loop lag and the time spent in the node's store calls
+All also report CPU time, peak RSS, event-loop lag and the time spent in the node's store calls
 (``--sql-stats``: per SQL statement). See bench/README.md for figures and the analysis.
 
 Examples::
@@ -18,6 +23,7 @@ Examples::
     .venv/bin/python bench/embedded.py                   # both phases, async no-op task
     .venv/bin/python bench/embedded.py --sync            # both phases, sync no-op (thread pool)
     .venv/bin/python bench/embedded.py --phase burst --burst 10000 --concurrency 256
+    .venv/bin/python bench/embedded.py --phase cron --cron-jobs 100000 --minutes 3
 
 Settings are onbeat's defaults (``ONBEAT_*`` environment variables apply) unless a flag overrides
 them. The SQLite file lives in a temporary directory that is removed afterwards (``--keep-db``).
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -49,6 +56,8 @@ from onbeat import App, TaskContext
 from onbeat.node import Node
 
 PHASES = ("throughput", "burst")
+"""What ``--phase all`` runs; ``cron`` (several minutes) runs only when asked for."""
+EVERY_MINUTE = "* * * * *"
 TASK_NAME = "bench.noop"
 
 
@@ -544,14 +553,154 @@ async def burst_phase(app: App, db_path: Path, args: argparse.Namespace) -> dict
     }
 
 
+# --- phase 3: every-minute cron jobs over minute boundaries ---------------------------------------
+async def cron_phase(app: App, db_path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``--cron-jobs`` every-minute cron jobs submitted to a running node; then the ``--minutes``
+    minute boundaries after the submission ended, when every job fires, are each measured on
+    their own: start delay from the fire time, started within 5 s / 60 s, lost, duplicated."""
+    n: int = args.cron_jobs
+    starts: list[tuple[str, float, float]] = []  # (execution id, fire time, start); atomic append
+    last_boundary = Counter(n, asyncio.get_running_loop())
+    boundaries: list[float] = []
+
+    def on_run(ctx: TaskContext) -> None:
+        fire = ctx.scheduled_for.timestamp()
+        starts.append((ctx.execution_id, fire, time.time()))
+        if boundaries and fire == boundaries[-1]:
+            last_boundary.hit()
+
+    register_noop(app, args.sync, on_run)
+    timer = StoreTimer(app.store)
+    monitor = LoopMonitor()
+    node = Node(app)
+    monitor.start()
+    cpu0 = cpu_seconds()
+    node_started = time.time()
+    runner = asyncio.create_task(node.run())
+    await node.scheduler.started.wait()
+
+    # Submitted from a thread through a second App on the same file, as a script or an API
+    # handler would, while the node runs: every fire time falls while the node is up (jobs
+    # created before a boundary that passes during the submission fire there: warm-up).
+    submitter = App(app.settings.database_url)
+    submitter.registry = app.registry
+
+    def submit_all() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            submitter.schedule(TASK_NAME, cron=EVERY_MINUTE)
+        return time.perf_counter() - t0
+
+    submit_s = await asyncio.to_thread(submit_all)
+    submitter.close()
+    submitted_at = time.time()
+    first = (int(submitted_at) // 60 + 1) * 60
+    boundaries.extend(float(first + 60 * i) for i in range(args.minutes))
+    # Until every run of the last boundary started, or 60 s after it (what "within 60 s" needs).
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(last_boundary.done.wait(), boundaries[-1] + 60 - time.time())
+    await wait_flushed(node, len(starts), timeout=30)
+    ended = time.time()
+    cpu = cpu_seconds() - cpu0
+    await monitor.stop()
+    node.stop.set()
+    done, _ = await asyncio.wait([runner], timeout=60)
+    if not done:  # a node that cannot even stop is part of the result, not a crash of the bench
+        runner.cancel()
+
+    records = db_fire_time_counts(db_path)
+    times_started = start_counts(starts)
+    figures = [
+        boundary_figures(at, n, starts, records.get(at, {}), times_started) for at in boundaries
+    ]
+    wall = ended - node_started
+    return {
+        "jobs": n,
+        "minutes": args.minutes,
+        "submit_s": round(submit_s, 3),
+        "submit_per_s": round(n / submit_s, 1),
+        "submitted_before_first_boundary_s": round(first - submitted_at, 3),
+        "boundaries": figures,
+        "warm_up_runs": sum(1 for _, fire, _ in starts if fire < first),
+        "duplicates": sum(b["duplicated"] for b in figures),
+        "lost": sum(b["lost"] for b in figures),
+        "timed_out": any(b["not_started"] for b in figures),
+        "node_stopped_within_60s": bool(done),
+        "scheduler_stats": vars(node.scheduler.stats),
+        "worker_stats": vars(node.worker.stats),
+        "cpu_s": round(cpu, 3),
+        "cpu_util": round(cpu / wall, 2),
+        "store": timer.report(wall),
+        **monitor.report(),
+    }
+
+
+def start_counts(starts: Sequence[tuple[str, float, float]]) -> dict[str, int]:
+    """How many times each execution id was started."""
+    counts: dict[str, int] = {}
+    for eid, _, _ in starts:
+        counts[eid] = counts.get(eid, 0) + 1
+    return counts
+
+
+def db_fire_time_counts(db_path: Path) -> dict[float, dict[str, int]]:
+    """Per fire time (epoch seconds): executions by status, read after the node stopped."""
+    conn = sqlite3.connect(db_path)
+    try:
+        rows = conn.execute(
+            "SELECT scheduled_for, status, count(*) FROM executions"
+            " WHERE trigger = 'schedule' GROUP BY scheduled_for, status"
+        ).fetchall()
+    finally:
+        conn.close()
+    out: dict[float, dict[str, int]] = {}
+    for fire_us, status, count in rows:
+        out.setdefault(fire_us / 1e6, {})[str(status)] = int(count)
+    return out
+
+
+def boundary_figures(
+    at: float,
+    n: int,
+    starts: Sequence[tuple[str, float, float]],
+    records: dict[str, int],
+    started_times: dict[str, int],
+) -> dict[str, Any]:
+    """The ``n`` runs of one fire time ``at``: start delays (first start of each execution),
+    how many started within 5 s / 60 s, and what the database says of the others."""
+    first_start: dict[str, float] = {}
+    for eid, fire, start in starts:
+        if fire == at and eid not in first_start:
+            first_start[eid] = start - at
+    delays = sorted(first_start.values())
+    return {
+        "at": datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S"),
+        "expected": n,
+        "started": len(delays),
+        "delay_p50_s": round(percentile(delays, 50), 3),
+        "delay_p99_s": round(percentile(delays, 99), 3),
+        "delay_max_s": round(delays[-1], 3) if delays else None,
+        "within_5s": sum(1 for d in delays if d <= 5),
+        "within_60s": sum(1 for d in delays if d <= 60),
+        "not_started": n - len(delays),
+        "db": records,
+        # No record at all for a fire time: nobody will ever run it, nor say why (a skipped
+        # misfire is recorded with its reason, so it is not lost).
+        "lost": max(0, n - sum(records.values())),
+        "duplicated": sum(1 for eid in first_start if started_times[eid] > 1),
+    }
+
+
 # --- running one phase in this process ------------------------------------------------------------
+PHASE_FUNCTIONS = {"throughput": throughput_phase, "burst": burst_phase, "cron": cron_phase}
+
+
 def run_phase(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="onbeat-bench-"))
     db_path = tmp / "onbeat.db"
     app = make_app(db_path, args)
     try:
-        fn = throughput_phase if phase == "throughput" else burst_phase
-        figures = asyncio.run(fn(app, db_path, args))
+        figures = asyncio.run(PHASE_FUNCTIONS[phase](app, db_path, args))
     finally:
         app.close()
         if args.keep_db:
@@ -619,7 +768,27 @@ TABLE_ROWS: dict[str, list[tuple[str, str, str]]] = {
         ("lost / duplicates", "lost|duplicates", ""),
         ("peak RSS", "peak_rss_mib", "MiB"),
     ],
+    "cron": [
+        ("submission rate (node running)", "submit_per_s", "jobs/s"),
+        ("submitted before the first boundary", "submitted_before_first_boundary_s", "s"),
+        ("warm-up runs (fire time before it)", "warm_up_runs", ""),
+        ("node stopped within 60 s when asked", "node_stopped_within_60s", ""),
+        ("lost / duplicates", "lost|duplicates", ""),
+        ("CPU utilisation (2 cores = 2.0)", "cpu_util", ""),
+        ("peak RSS", "peak_rss_mib", "MiB"),
+    ],
 }
+BOUNDARY_COLUMNS = (
+    ("fire time", "at"),
+    ("started", "started"),
+    ("p50 s", "delay_p50_s"),
+    ("p99 s", "delay_p99_s"),
+    ("max s", "delay_max_s"),
+    ("<=5 s", "within_5s"),
+    ("<=60 s", "within_60s"),
+    ("lost", "lost"),
+    ("dup", "duplicated"),
+)
 
 
 def print_table(results: Sequence[dict[str, Any]]) -> None:
@@ -631,6 +800,11 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
         for label, keys, unit in TABLE_ROWS[result["phase"]]:
             value = " / ".join(str(figures.get(k)) for k in keys.split("|"))
             print(f"  {label:<38} {value:>24} {unit}")
+        if "boundaries" in figures:
+            print("  " + " ".join(f"{title:>9}" for title, _ in BOUNDARY_COLUMNS))
+            for boundary in figures["boundaries"]:
+                print("  " + " ".join(f"{boundary[key]!s:>9}" for _, key in BOUNDARY_COLUMNS))
+            print(f"  scheduler: {figures['scheduler_stats']}")
         store = figures.get("store", {})
         ops = ", ".join(
             f"{name} {op['us_per_row']}us/row {op['share_of_wall']:.0%}"
@@ -654,7 +828,7 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
                 if not name.startswith("_"):
                     print(f"    {name:<34} {stat['us_per_exec']:>8} {stat['us_per_call']:>10}")
         if figures.get("timed_out"):
-            print(f"  TIMED OUT; database: {figures['db_other']}")
+            print(f"  TIMED OUT; database: {figures.get('db_other', 'see the boundaries')}")
     if results:
         print(f"settings: {json.dumps(results[0]['settings'], sort_keys=True)}")
 
@@ -688,13 +862,22 @@ def _git(cwd: Path, *args: str) -> str | None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--phase", choices=[*PHASES, "all"], default="all")
+    p.add_argument(
+        "--phase",
+        choices=[*PHASES, "cron", "all"],
+        default="all",
+        help="all = throughput + burst; cron runs only when named (several minutes)",
+    )
     p.add_argument("--sync", action="store_true", help="a sync no-op task (thread pool)")
     p.add_argument("--jobs", type=int, default=20_000, help="throughput: jobs submitted")
     p.add_argument("--burst", type=int, default=10_000, help="burst: runs due at one second")
     p.add_argument(
         "--burst-lead", type=float, default=15.0, help="burst: seconds from node start to T"
     )
+    p.add_argument(
+        "--cron-jobs", type=int, default=100_000, help="cron: every-minute cron jobs submitted"
+    )
+    p.add_argument("--minutes", type=int, default=3, help="cron: minute boundaries measured")
     p.add_argument(
         "--submit-via",
         choices=["other", "node"],

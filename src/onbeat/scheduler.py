@@ -2,14 +2,20 @@
 
 Any number of schedulers run at once; each takes a fair share of the shards by lease and works only
 those, so there is no leader and a dead scheduler's shards are taken over once its leases expire.
-Each pass is a range read on the store's (shard, status, due_at) index:
+Each job below is its own asyncio task on its own timer, so none waits behind another: a long
+dispatch or sweep pass under a backlog never delays the lease renewal, and a lease never lapses
+because the node is busy.
 
-- dispatch: executions due within ``window`` → queued (+ the next execution of each cron job),
-  every ``poll_interval``, and at once when ``wake()`` is called;
-- sweep: queued executions long overdue that no worker started (the queue lost them) → enqueued again;
-- reap: running executions whose lease expired (the worker died or stalled) → retry or dead letter;
-- reconcile: every active cron job must have its next run planned; any without one is repaired,
-  logged and counted, whatever the cause.
+- renew: the shard leases, every ``shard_renew_interval``;
+- dispatch: executions due within ``window`` in held shards → queued (+ the next execution of each
+  cron job), every ``poll_interval``, and at once when ``wake()`` is called;
+- reap: running executions whose lease expired, in every shard (whoever held them) → queued again
+  in this scheduler's queue, or dead-lettered; safe for any number of schedulers at once;
+- sweep: queued executions the queue lost → enqueued again. Each pass reads one bounded page of the
+  overdue ones, going on from where the last pass stopped, and re-enqueues only the ids the queue
+  does not hold; shards just taken over get every queued run checked, page by page.
+- reconcile: every active cron job of the held shards must have its next run planned; any
+  without one is repaired, logged and counted, whatever the cause; every ``reconcile_interval``.
 """
 
 from __future__ import annotations
@@ -18,14 +24,19 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from onbeat.clock import Clock
-from onbeat.queue.base import DelayQueue
+from onbeat.model import ExecutionStatus
+from onbeat.queue.base import DelayQueue, QueueItem
 from onbeat.settings import Settings
-from onbeat.store.base import DispatchParams, ShardLeases, Store
+from onbeat.store.base import DispatchParams, ShardLeases, Store, SweepCursor
 
 log = logging.getLogger("onbeat.scheduler")
+
+REAP_BATCH = 1000
+"""Most expired leases one reap transaction handles; a pass goes on until it finds fewer."""
 
 
 def process_name(role: str) -> str:
@@ -36,6 +47,7 @@ def process_name(role: str) -> str:
 class SchedulerStats:
     dispatched: int = 0
     swept: int = 0
+    """Runs the sweep handed to the queue again because the queue did not hold them."""
     reaped: int = 0
     repaired: int = 0
     """Active cron jobs found without their next planned run, and given one."""
@@ -60,7 +72,12 @@ class Scheduler:
         self.leases = ShardLeases(self.owner, {}, frozenset())
         self.stats = SchedulerStats()
         self._wake = asyncio.Event()
+        self._sweep_wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweep_cursor: SweepCursor | None = None
+        """Where the periodic sweep goes on from (None: from the start)."""
+        self._taken_over: set[int] = set()
+        """Shards taken over whose queued runs have not all been checked against the queue yet."""
         self.started = asyncio.Event()
         """Set once the first shard leases are held (tests and the node wait on it)."""
 
@@ -81,12 +98,15 @@ class Scheduler:
         self.leases = await asyncio.to_thread(
             self.store.shard_acquire, self.owner, self.settings.shard_lease_ttl
         )
+        self.started.set()
         if self.leases.acquired:
             self.stats.shards_taken += len(self.leases.acquired)
             log.info("%s took shards %s", self.owner, sorted(self.leases.acquired))
             # A shard's previous owner may have queued runs into a queue that has since lost them
-            # (an in-process queue dies with its process): hand all of them to the queue again.
-            await self.sweep(sorted(self.leases.acquired), overdue_by=None)
+            # (an in-process queue dies with its process): the sweep checks all of them, now.
+            self._taken_over |= self.leases.acquired
+            self._sweep_wake.set()
+            self._wake.set()
 
     async def dispatch(self) -> int:
         """Queue everything due within the window; returns how many runs were enqueued."""
@@ -107,34 +127,76 @@ class Scheduler:
         self.stats.dispatched += total
         return total
 
-    async def sweep(self, shards: list[int], overdue_by: float | None) -> int:
-        """Re-enqueue queued runs of ``shards`` overdue by ``overdue_by`` seconds (None: all)."""
-        total, limit = 0, 10_000
-        while shards:
-            items = await asyncio.to_thread(
-                self.store.execution_sweep, self.leases, shards, overdue_by, limit
-            )
-            if items:
-                await self.queue.enqueue(items)
-                total += len(items)
-            if len(items) < limit:
-                break
+    async def sweep(self) -> int:
+        """One sweep pass; returns how many runs were handed to the queue again.
+
+        Shards just taken over first: every queued run in them, page by page. Then one page of at
+        most ``sweep_batch`` runs queued and overdue by ``sweep_overdue`` in the held shards, from
+        where the previous pass stopped (wrapping around at the end), so that a backlog of any
+        size costs each pass the same."""
+        total = 0
+        while self._taken_over:
+            shards = sorted(self._taken_over)
+            cursor: SweepCursor | None = None
+            while True:
+                added, cursor = await self._sweep_page(shards, None, cursor)
+                total += added
+                if cursor is None:
+                    break
+            self._taken_over.difference_update(shards)
+        added, self._sweep_cursor = await self._sweep_page(
+            sorted(self.leases.epochs), self.settings.sweep_overdue, self._sweep_cursor
+        )
+        total += added
         if total:
             log.info("re-enqueued %d queued runs the delay queue did not hold", total)
-        self.stats.swept += total
         return total
 
+    async def _sweep_page(
+        self, shards: list[int], overdue_by: float | None, after: SweepCursor | None
+    ) -> tuple[int, SweepCursor | None]:
+        """Read one page of queued runs and enqueue those the queue lacks; returns how many, and
+        where the next page starts."""
+        page = await asyncio.to_thread(
+            self.store.execution_sweep,
+            self.leases,
+            shards,
+            overdue_by,
+            self.settings.sweep_batch,
+            after,
+        )
+        lacking = set(await self.queue.missing([item.execution_id for item in page.items]))
+        if lacking:
+            await self.queue.enqueue([item for item in page.items if item.execution_id in lacking])
+        self.stats.swept += len(lacking)
+        return len(lacking), page.resume
+
     async def reap(self) -> int:
-        reaped = await asyncio.to_thread(self.store.execution_reap, self.leases, 1000)
-        for execution in reaped:
-            log.warning(
-                "lease of execution %s expired (attempt %d): now %s",
-                execution.id,
-                execution.attempt,
-                execution.status.value,
-            )
-        self.stats.reaped += len(reaped)
-        return len(reaped)
+        """Take back runs whose lease expired, in every shard, and queue them here again: they run
+        again within their lease TTL + ``reap_interval`` (+ retry backoff) of their worker's
+        death, without waiting for a takeover of their shard. Returns how many were reaped."""
+        total = 0
+        while True:
+            reaped = await asyncio.to_thread(self.store.execution_reap, REAP_BATCH)
+            again = [
+                QueueItem(e.id, e.due_at, e.priority)
+                for e in reaped
+                if e.status is ExecutionStatus.QUEUED
+            ]
+            if again:
+                await self.queue.enqueue(again)
+            for execution in reaped:
+                log.warning(
+                    "lease of execution %s expired (attempt %d): now %s",
+                    execution.id,
+                    execution.attempt,
+                    execution.status.value,
+                )
+            total += len(reaped)
+            if len(reaped) < REAP_BATCH:
+                break
+        self.stats.reaped += total
+        return total
 
     async def reconcile(self) -> int:
         """Repair every active cron job of the held shards that has no planned next run, a page
@@ -157,34 +219,42 @@ class Scheduler:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""
         s = self.settings
         self._loop = asyncio.get_running_loop()
-        next_renew = next_sweep = next_reap = self.clock.monotonic()
-        next_reconcile = next_renew + s.reconcile_interval
+        loops = [
+            asyncio.create_task(self._every(s.shard_renew_interval, self.renew_shards, stop)),
+            asyncio.create_task(self._every(s.poll_interval, self.dispatch, stop, self._wake)),
+            asyncio.create_task(self._every(s.reap_interval, self.reap, stop)),
+            asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
+            asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
+        ]
         try:
-            while not stop.is_set():
-                now = self.clock.monotonic()
-                try:
-                    if now >= next_renew:
-                        await self.renew_shards()
-                        next_renew = now + s.shard_renew_interval
-                        self.started.set()
-                    await self.dispatch()
-                    if now >= next_reap:
-                        await self.reap()
-                        next_reap = now + s.reap_interval
-                    if now >= next_sweep:
-                        await self.sweep(sorted(self.leases.epochs), s.sweep_overdue)
-                        next_sweep = now + s.sweep_interval
-                    if now >= next_reconcile:
-                        await self.reconcile()
-                        next_reconcile = now + s.reconcile_interval
-                except Exception:
-                    # The store or queue is unreachable: keep trying; nothing is lost, only delayed.
-                    self.stats.errors += 1
-                    log.exception("scheduler pass failed; retrying")
-                await sleep_or_wake(self.clock, s.poll_interval, self._wake, stop)
-                self._wake.clear()
+            await asyncio.gather(*loops)
         finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
             await asyncio.to_thread(self.store.shard_release, self.owner)
+
+    async def _every(
+        self,
+        interval: float,
+        work: Callable[[], Awaitable[object]],
+        stop: asyncio.Event,
+        wake: asyncio.Event | None = None,
+    ) -> None:
+        """Run ``work`` every ``interval`` seconds, counted from the start of one pass to the start
+        of the next, and at once when ``wake`` is set, until ``stop`` is set."""
+        events = (stop,) if wake is None else (stop, wake)
+        while not stop.is_set():
+            started = self.clock.monotonic()
+            if wake is not None:
+                wake.clear()  # a wake-up during the pass makes the next pass start at once
+            try:
+                await work()
+            except Exception:
+                # The store or queue is unreachable: keep trying; nothing is lost, only delayed.
+                self.stats.errors += 1
+                log.exception("scheduler %s pass failed; retrying", work.__name__)
+            await sleep_or_wake(self.clock, started + interval - self.clock.monotonic(), *events)
 
 
 async def sleep_or_wake(clock: Clock, seconds: float, *events: asyncio.Event) -> None:

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     sweep_overdue: float = Field(
         15.0, ge=0, description="A queued run this overdue and not started is re-enqueued."
     )
+    sweep_batch: int = Field(
+        5000,
+        ge=1,
+        description="Most queued runs one sweep pass reads; the next pass goes on from there.",
+    )
     reap_interval: float = Field(1.0, gt=0)
     reconcile_interval: float = Field(
         60.0, gt=0, description="Seconds between checks that every cron job has its next run."

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from onbeat import App, ExecutionStatus, OverlapPolicy
+from onbeat import App, AttemptOutcome, ExecutionStatus, OverlapPolicy
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -221,3 +222,75 @@ def test_graceful_stop__sigterm_releases_unfinished_runs_for_an_immediate_restar
     second.wait()
     restarted = [client.list_executions(j.id)[0] for j in jobs]
     assert all(e.status is ExecutionStatus.RUNNING and e.attempt == 1 for e in restarted)
+
+
+def shard_owners(database_url: str) -> Counter[str]:
+    """How many shards each scheduler holds, read from the database file."""
+    conn = sqlite3.connect(database_url.removeprefix("sqlite:///"))
+    try:
+        rows = conn.execute(
+            "SELECT owner FROM shard_leases WHERE owner IS NOT NULL AND lease_expires_at > ?",
+            (time.time_ns() // 1000,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return Counter(owner for (owner,) in rows)
+
+
+def test_rescue__kill_9_runs_restart_on_the_other_node_within_lease_ttl_plus_2s(
+    env: dict[str, str],
+    tmp_path: Path,
+    start_node: Callable[[dict[str, str], Path], subprocess.Popen[bytes]],
+) -> None:
+    """Two nodes on one file; one dies with runs in flight. The other reaps them once their lease
+    expires, although the dead node's shard leases (15 s) still stand: no takeover is awaited."""
+    lease_ttl = 2.0
+    env = {
+        **env,
+        "ONBEAT_LEASE_TTL": str(lease_ttl),
+        "ONBEAT_HEARTBEAT_INTERVAL": "0.5",
+        "ONBEAT_REAP_INTERVAL": "0.5",
+        "ONBEAT_SHARD_LEASE_TTL": "15",
+        "ONBEAT_SHARD_RENEW_INTERVAL": "0.5",
+    }
+    ledger = Path(env["ONBEAT_TEST_LEDGER"])
+    client = App(env["ONBEAT_DATABASE_URL"])
+    client.task(name="work")(lambda ctx, duration=0.3: None)
+    assert client.store.shard_count == 16  # the schema exists before the checks below read it
+    nodes = [start_node(env, tmp_path / f"node-{i}.log") for i in range(2)]
+    wait_until(
+        lambda: sorted(shard_owners(env["ONBEAT_DATABASE_URL"]).values()) == [8, 8],
+        30,
+        "the two nodes to split the 16 shards",
+    )
+    jobs = [client.schedule("work", {"duration": 60}) for _ in range(20)]
+    wait_until(lambda: len(read_ledger(ledger)) == len(jobs), 30, "every run to start")
+    started_by = Counter(e["pid"] for e in read_ledger(ledger))
+    victim, survivor = sorted(nodes, key=lambda p: -started_by[p.pid])
+    lost = {e["execution_id"] for e in read_ledger(ledger) if e["pid"] == victim.pid}
+    assert lost and started_by[survivor.pid], started_by
+
+    killed_at = time.time()
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    def restarts() -> dict[str, float]:
+        return {
+            e["execution_id"]: e["wall"] - killed_at
+            for e in read_ledger(ledger)
+            if e["pid"] == survivor.pid and e["execution_id"] in lost
+        }
+
+    wait_until(lambda: set(restarts()) == lost, lease_ttl + 10, "the lost runs to restart")
+    delays = sorted(restarts().values())
+    print(f"\nrescue after kill -9: {len(lost)} runs restarted {delays[0]:.2f}-{delays[-1]:.2f} s")
+    assert delays[-1] <= lease_ttl + 2
+    # The dead node's shard leases still stand: the runs came back without a takeover.
+    assert sorted(shard_owners(env["ONBEAT_DATABASE_URL"]).values()) == [8, 8]
+    for job in jobs:
+        [execution] = client.list_executions(job.id)
+        if execution.id in lost:
+            assert [a.outcome for a in execution.attempts] == [
+                AttemptOutcome.LOST,
+                AttemptOutcome.RUNNING,
+            ]

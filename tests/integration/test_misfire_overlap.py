@@ -68,7 +68,7 @@ async def test_misfire_and_overlap_across_a_fault(
     elif fault == "outage":
         node.queue = node.worker.queue = node.scheduler.queue = MemoryDelayQueue(node.clock)
         await node.scheduler.renew_shards()
-        await node.scheduler.sweep(sorted(node.scheduler.leases.epochs), overdue_by=0)
+        await node.scheduler.sweep()
     await node.step()  # the first pass after the fault, at `back`
     for _ in range(80):  # each pass starts the next of a backlog: a finished run wakes it
         await node.step(advance=0.5)

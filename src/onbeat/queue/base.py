@@ -37,6 +37,11 @@ class DelayQueue(Protocol):
         """Drop ids if present (e.g. the execution was cancelled)."""
         ...
 
+    async def missing(self, execution_ids: Sequence[str]) -> list[str]:
+        """Those of ``execution_ids`` the queue does not hold (never enqueued, claimed, removed or
+        lost), in the order given. One call per batch: the sweep re-enqueues only these."""
+        ...
+
     async def next_due_at(self) -> datetime | None:
         """The earliest due time waiting, or None when empty."""
         ...

@@ -125,6 +125,10 @@ class MemoryDelayQueue:
             self._entries.pop(eid, None)  # its heap tuple is now stale
         self._maybe_compact()
 
+    async def missing(self, execution_ids: Sequence[str]) -> list[str]:
+        entries = self._entries
+        return [eid for eid in execution_ids if eid not in entries]
+
     async def next_due_at(self) -> datetime | None:
         return self._earliest_due()
 

@@ -116,6 +116,23 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class SweepCursor:
+    """Where a page of a sweep ended: the next page starts after this run, in (shard, due_at,
+    execution id) order."""
+
+    shard: int
+    due_at: datetime
+    execution_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPage:
+    items: list[QueueItem]
+    resume: SweepCursor | None
+    """Pass it as ``after`` to read the next page; None once the scan reached the end."""
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchParams:
     leases: ShardLeases
     window: float
@@ -267,16 +284,27 @@ class Store(Protocol):
         ...
 
     def execution_sweep(
-        self, leases: ShardLeases, shards: Sequence[int], overdue_by: float | None, limit: int
-    ) -> list[QueueItem]:
-        """Queued executions due more than ``overdue_by`` seconds ago (None: every queued one) that
-        no worker started: the queue may have lost them, so they are handed back for enqueueing
-        (idempotently). Used periodically, and on shards just taken over from another scheduler."""
+        self,
+        leases: ShardLeases,
+        shards: Sequence[int],
+        overdue_by: float | None,
+        limit: int,
+        after: SweepCursor | None = None,
+    ) -> SweepPage:
+        """Up to ``limit`` queued executions of those ``shards`` the leases hold, due more than
+        ``overdue_by`` seconds ago (None: every queued one), that no worker started: the queue may
+        have lost them, so the caller re-enqueues those its queue lacks. In (shard, due_at, id)
+        order from just after ``after``, so a backlog of any size is read a bounded page at a time.
+        Used periodically, and on shards just taken over from another scheduler. Reads only."""
         ...
 
-    def execution_reap(self, leases: ShardLeases, limit: int) -> list[Execution]:
-        """Running executions whose lease expired: their worker died or stalled. Each becomes a
-        retry (the lost attempt counts) or, past its last attempt, a dead letter."""
+    def execution_reap(self, limit: int) -> list[Execution]:
+        """Up to ``limit`` running executions whose lease expired, in any shard: their worker died
+        or stalled. Each becomes queued again, due after its retry backoff (the caller enqueues
+        it, so no shard takeover is needed to run it again), or, past its last attempt, failed
+        with a dead letter; the lost attempt counts. Safe for any scheduler at any time: each
+        change is conditional on the lease being still expired and the fencing token unchanged,
+        so a heartbeat or an outcome that commits first wins, and no run is reaped twice."""
         ...
 
     # --- worker role ----------------------------------------------------------------------

@@ -75,6 +75,8 @@ from onbeat.store.base import (
     JobChanges,
     NewJob,
     ShardLeases,
+    SweepCursor,
+    SweepPage,
 )
 from onbeat.store.queries import load_queries, migrations
 
@@ -104,6 +106,8 @@ def _opt_dt(us: int | None) -> datetime | None:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_US = 2**62
+"""Beyond any time in microseconds: an open end of a time range."""
 
 
 class SQLiteStore:
@@ -843,43 +847,95 @@ class SQLiteStore:
         return repaired, (rows[-1]["id"] if len(rows) == limit else None)
 
     def execution_sweep(
-        self, leases: ShardLeases, shards: Sequence[int], overdue_by: float | None, limit: int
-    ) -> list[QueueItem]:
+        self,
+        leases: ShardLeases,
+        shards: Sequence[int],
+        overdue_by: float | None,
+        limit: int,
+        after: SweepCursor | None = None,
+    ) -> SweepPage:
+        """One range read per shard on executions_dispatch, from the cursor's (due_at, id) on, so
+        a page costs its own rows, not the backlog's."""
         now = self.now()
-        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else 2**62
+        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else _MAX_US
+        start = after.shard if after is not None else -1
+        owned = sorted({s for s in shards if s in leases.epochs and s >= start})
+        items: list[QueueItem] = []
+        last: sqlite3.Row | None = None
         with self._read() as c:
-            owned = [s for s in shards if s in leases.epochs]
-            rows = c.execute(
-                Q["execution_sweep"],
-                {"shards": json.dumps(owned), "before": before, "limit": limit},
-            )
-            return [QueueItem(r["id"], from_us(r["due_at"]), r["priority"]) for r in rows]
+            for shard in owned:
+                if len(items) >= limit:
+                    break
+                after_due_at, after_id = -_MAX_US, ""  # from the shard's first run
+                if after is not None and shard == after.shard:
+                    after_due_at, after_id = to_us(after.due_at), after.execution_id
+                rows = c.execute(
+                    Q["execution_sweep"],
+                    {
+                        "shard": shard,
+                        "before": before,
+                        "after_due_at": after_due_at,
+                        "after_id": after_id,
+                        "limit": limit - len(items),
+                    },
+                ).fetchall()
+                items.extend(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]) for r in rows)
+                last = rows[-1] if rows else last
+        if last is None or len(items) < limit:
+            return SweepPage(items, None)
+        return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
 
-    def execution_reap(self, leases: ShardLeases, limit: int) -> list[Execution]:
+    def execution_reap(self, limit: int) -> list[Execution]:
+        """Read the expired leases without a write transaction (most passes find none, and every
+        scheduler of every process reaps every second), decide each run in Python, then apply the
+        decisions with one conditional UPDATE and log the lost attempts (and dead letters) of
+        exactly the runs it changed."""
         now_us = self._now_us()
+        with self._read() as c:
+            expired = {
+                r["id"]: r
+                for r in c.execute(Q["execution_expired_leases"], {"now": now_us, "limit": limit})
+            }
+        if not expired:
+            return []
+        decisions = [_reap_decision(r, now_us) for r in expired.values()]
         with self._tx() as c:
-            shards = self._fenced_shards(c, leases)
-            rows = c.execute(
-                Q["execution_expired_leases"],
-                {"shards": json.dumps(shards), "now": now_us, "limit": limit},
+            reaped = c.execute(
+                Q["execution_reap"], {"decisions": json.dumps(decisions), "now": now_us}
             ).fetchall()
-            outcomes = []
-            for r in rows:
-                retry = RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"])
-                last = r["attempt"] >= retry.max_attempts
-                error = f"worker lost: lease expired during attempt {r['attempt']}"
-                done = Completion(
-                    r["id"],
-                    r["fencing_token"],
-                    succeeded=False,
-                    error=error,
-                    retry_in=None if last else backoff_delay(retry, r["attempt"]),
-                )
-                outcomes.append((r, done, AttemptOutcome.LOST))
-            self._finish(c, outcomes, now_us)
-            return self._with_attempts(
-                c, [c.execute(Q["execution_get"], {"id": r["id"]}).fetchone() for r in rows]
+            c.executemany(
+                Q["attempt_finish"],
+                [
+                    {
+                        "id": r["id"],
+                        "fencing_token": r["fencing_token"],
+                        "outcome": AttemptOutcome.LOST.value,
+                        "error": r["last_error"],
+                        "now": now_us,
+                    }
+                    for r in reaped
+                ],
             )
+            failed = [r for r in reaped if r["status"] == ExecutionStatus.FAILED.value]
+            c.executemany(
+                Q["dead_letter_insert"],
+                [
+                    {
+                        "id": r["id"],
+                        "job_id": r["job_id"],
+                        "tenant": expired[r["id"]]["tenant"],
+                        "attempts": r["attempt"],
+                        "error": r["last_error"],
+                        "now": now_us,
+                    }
+                    for r in failed
+                ],
+            )
+            self._complete_one_shots(
+                c, [r for r in reaped if r["status"] != ExecutionStatus.QUEUED.value]
+            )
+            self._wake_waiting(c, [r["job_id"] for r in reaped], now_us)
+            return self._with_attempts(c, reaped)
 
     # --- worker role ------------------------------------------------------------------------
     def execution_claim(
@@ -1099,11 +1155,15 @@ class SQLiteStore:
         c.executemany(Q["attempt_finish"], attempts)
         c.executemany(Q["dead_letter_insert"], dead)
         self._complete_one_shots(c, final)
-        if outcomes:  # a finished run wakes the runs of its job waiting for it
+        self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
+
+    def _wake_waiting(self, c: sqlite3.Connection, job_ids: Sequence[str], now_us: int) -> None:
+        """A run of these jobs ended: their runs waiting for a predecessor are due now."""
+        if job_ids:
             c.execute(
                 Q["executions_wake_waiting"],
                 {
-                    "job_ids": json.dumps(sorted({r["job_id"] for r, _, _ in outcomes})),
+                    "job_ids": json.dumps(sorted(set(job_ids))),
                     "waiting": f"{WAITING}%",
                     "now": now_us,
                 },
@@ -1163,6 +1223,29 @@ def _open_error(path: Path, exc: sqlite3.Error | StoreWriteRefusedError) -> Stor
     except PermissionError:
         return StoreOpenError(location, "permission denied")
     return StoreOpenError(location, str(exc))
+
+
+def _reap_decision(r: sqlite3.Row, now_us: int) -> dict[str, Any]:
+    """What becomes of a run whose lease expired: queued again after its backoff, failed after
+    its last attempt, or cancelled with its job."""
+    retry = RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"])
+    decision: dict[str, Any] = {
+        "id": r["id"],
+        "fencing_token": r["fencing_token"],
+        "error": f"worker lost: lease expired during attempt {r['attempt']}",
+        "due_at": None,
+        "reason": None,
+    }
+    if r["job_status"] == JobStatus.CANCELLED.value:
+        return {**decision, "status": ExecutionStatus.CANCELLED.value, "reason": "job cancelled"}
+    if r["attempt"] >= retry.max_attempts:
+        return {**decision, "status": ExecutionStatus.FAILED.value}
+    return {
+        **decision,
+        "status": ExecutionStatus.QUEUED.value,
+        "due_at": now_us + int(backoff_delay(retry, r["attempt"]) * 1_000_000),
+        "reason": f"retry after attempt {r['attempt']} was lost",
+    }
 
 
 def _fingerprint(new: NewJob) -> str:

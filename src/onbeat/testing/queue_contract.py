@@ -441,6 +441,45 @@ class DelayQueueContract:
         await delay_queue.remove(["later"])
         assert await delay_queue.size() == 0
 
+    # -- missing -------------------------------------------------------------------------------
+
+    async def test_missing__names_ids_not_held_in_the_order_given(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue(
+            [
+                QueueItem("due", _at(clock, -1)),
+                QueueItem("later", _at(clock, 60), priority=3),
+                QueueItem("claimed", _at(clock, -2), priority=9),
+                QueueItem("removed", _at(clock, 5)),
+            ]
+        )
+        assert await delay_queue.claim_due(1) == ["claimed"]
+        await delay_queue.remove(["removed"])
+        asked = ["never", "due", "claimed", "later", "removed", "other"]
+        assert await delay_queue.missing(asked) == ["never", "claimed", "removed", "other"]
+        assert await delay_queue.missing(["due", "later"]) == []
+        assert await delay_queue.missing([]) == []
+        assert await delay_queue.size() == 2, "asking must not change what the queue holds"
+
+    async def test_missing__re_enqueued_id_is_held_again(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, -1))])
+        assert await delay_queue.claim_due(10) == ["e1"]
+        assert await delay_queue.missing(["e1"]) == ["e1"]
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, 3))])
+        assert await delay_queue.missing(["e1"]) == []
+
+    async def test_missing__100k_batch_of_which_some_were_lost(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        ids = [f"e{i:06d}" for i in range(100_000)]
+        await delay_queue.enqueue([QueueItem(eid, _at(clock, 60)) for eid in ids])
+        lost = ids[::997]
+        await delay_queue.remove(lost)
+        assert await delay_queue.missing(ids) == lost
+
     # -- wait ----------------------------------------------------------------------------------
 
     async def test_wait__returns_at_once_when_something_is_due(
@@ -573,6 +612,7 @@ class DelayQueueContract:
                 assert await delay_queue.size() == len(model)
                 expected_next = min((due for due, _ in model.values()), default=None)
                 assert await delay_queue.next_due_at() == expected_next
+                assert await delay_queue.missing(pool) == [i for i in pool if i not in model]
         finally:
             await delay_queue.remove(pool)
 

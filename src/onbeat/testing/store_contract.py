@@ -139,8 +139,8 @@ def _dispatch(
     return store.execution_dispatch(DispatchParams(_leases(store, owner), window, grace, limit))
 
 
-def _reap(store: Store, owner: str = SCHEDULER) -> list[Execution]:
-    return store.execution_reap(_leases(store, owner), 1000)
+def _reap(store: Store) -> list[Execution]:
+    return store.execution_reap(1000)
 
 
 def _get(store: Store, execution_id: str) -> Execution:
@@ -1022,7 +1022,8 @@ class StoreContract:
         clock.advance(RUN_TTL + 1)
         [reaped] = _reap(store)
         assert reaped.id == run.execution.id
-        assert reaped.status is ExecutionStatus.SCHEDULED
+        assert reaped.status is ExecutionStatus.QUEUED
+        assert reaped.due_at <= _at(clock, FAST_RETRY.backoff_cap)
         assert reaped.attempt == 1
         assert reaped.lease_owner is None
         assert _attempt_of(reaped, run.execution.fencing_token) is AttemptOutcome.LOST
@@ -1031,7 +1032,6 @@ class StoreContract:
         assert store.execution_finish_many([_ok(run)]) == []
         assert _reap(store) == []
         clock.advance(FAST_RETRY.backoff_cap + 1)
-        assert run.execution.id in _ids(_dispatch(store))
         again = _claim(store, run.execution.id, OTHER_WORKER)
         assert again.execution.attempt == 2
         assert store.execution_finish_many([_ok(run)]) == []
@@ -1062,34 +1062,6 @@ class StoreContract:
         clock.advance(RUN_TTL + 1)
         assert _ids(_reap(store)) == {run.execution.id}
 
-    def test_execution_reap__only_in_held_shards(self, store: Store, clock: FakeClock) -> None:
-        a, b = _two_schedulers(store)
-        job_a = _job_in_shards(store, a.epochs)
-        job_b = _job_in_shards(store, b.epochs)
-        run_a = _only_run(store, job_a.id)
-        run_b = _only_run(store, job_b.id)
-        assert _ids(store.execution_dispatch(DispatchParams(a, WINDOW, GRACE, 100))) == {run_a.id}
-        assert _ids(store.execution_dispatch(DispatchParams(b, WINDOW, GRACE, 100))) == {run_b.id}
-        _claim(store, run_a.id)
-        _claim(store, run_b.id)
-        clock.advance(RUN_TTL + 1)
-        a = _leases(store, SCHEDULER)
-        b = _leases(store, OTHER_SCHEDULER)
-        assert _ids(store.execution_reap(a, 100)) == {run_a.id}
-        assert _get(store, run_b.id).status is ExecutionStatus.RUNNING
-        assert _ids(store.execution_reap(b, 100)) == {run_b.id}
-
-    def test_execution_reap__stale_scheduler_reaps_nothing(
-        self, store: Store, clock: FakeClock
-    ) -> None:
-        stale = _leases(store, SCHEDULER)
-        run = _start(store, owner=WORKER)
-        clock.advance(SHARD_TTL + 1)
-        _leases(store, OTHER_SCHEDULER)
-        assert store.execution_reap(stale, 100) == []
-        assert _get(store, run.execution.id).status is ExecutionStatus.RUNNING
-        assert _ids(_reap(store, OTHER_SCHEDULER)) == {run.execution.id}
-
     # -- execution_sweep -----------------------------------------------------------------------
 
     def test_execution_sweep__returns_queued_runs_never_started(
@@ -1105,12 +1077,12 @@ class StoreContract:
         assert _ids(_dispatch(store)) == {upcoming.id}
         leases = _leases(store)
         every = list(range(store.shard_count))
-        assert store.execution_sweep(leases, every, 60.0, 100) == [QueueItem(lost.id, t0, 4)]
-        assert store.execution_sweep(leases, every, 300.0, 100) == []
-        swept = store.execution_sweep(leases, every, None, 100)
+        assert store.execution_sweep(leases, every, 60.0, 100).items == [QueueItem(lost.id, t0, 4)]
+        assert store.execution_sweep(leases, every, 300.0, 100).items == []
+        swept = store.execution_sweep(leases, every, None, 100).items
         assert _ids(swept) == {lost.id, upcoming.id}
         assert running.execution.id not in _ids(swept)
-        assert store.execution_sweep(leases, [], None, 100) == []
+        assert store.execution_sweep(leases, [], None, 100).items == []
         assert _get(store, lost.id).status is ExecutionStatus.QUEUED
 
     # -- execution_release ---------------------------------------------------------------------
@@ -1631,7 +1603,7 @@ class StoreFencingMachine(RuleBasedStateMachine):
         }
         assert expired <= _ids(reaped) <= due
         for e in reaped:
-            assert e.status in (ExecutionStatus.SCHEDULED, ExecutionStatus.FAILED)
+            assert e.status in (ExecutionStatus.QUEUED, ExecutionStatus.FAILED)
             assert _attempt_of(e, before[e.id].fencing_token) is AttemptOutcome.LOST
 
     @rule()

@@ -141,20 +141,41 @@ UPDATE executions SET status = :status, reason = :reason, finished_at = :now
 WHERE id = :id AND status IN ('scheduled', 'queued');
 
 -- name: execution_sweep
-SELECT e.id, e.due_at, j.priority
+-- One shard's queued runs due before :before, after the (:after_due_at, :after_id) position: a
+-- range read on executions_dispatch (only runs sharing one due_at are sorted, by id).
+SELECT e.id, e.shard, e.due_at, j.priority
 FROM executions e JOIN jobs j ON j.id = e.job_id
-WHERE e.shard IN (SELECT value FROM json_each(:shards))
-  AND e.status = 'queued' AND e.due_at < :before
-ORDER BY e.due_at
+WHERE e.shard = :shard AND e.status = 'queued' AND e.due_at < :before
+  AND (e.due_at, e.id) > (:after_due_at, :after_id)
+ORDER BY e.due_at, e.id
 LIMIT :limit;
 
 -- name: execution_expired_leases
-SELECT e.id, e.job_id, e.trigger, e.attempt, e.fencing_token, e.shard,
+-- Running executions whose lease expired, in every shard, longest expired first: a range read on
+-- executions_lease_expiry.
+SELECT e.id, e.job_id, e.attempt, e.fencing_token,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
-  AND e.shard IN (SELECT value FROM json_each(:shards))
+ORDER BY e.lease_expires_at
 LIMIT :limit;
+
+-- name: execution_reap
+-- Apply reap decisions (JSON objects: id, fencing_token, status, due_at, error, reason), each only
+-- while its run is still running under that token with its lease expired: a heartbeat or an
+-- outcome that committed since the decision wins, and no run is reaped twice.
+UPDATE executions AS e
+SET status = json_extract(d.value, '$.status'),
+    due_at = coalesce(json_extract(d.value, '$.due_at'), e.due_at),
+    last_error = json_extract(d.value, '$.error'),
+    reason = json_extract(d.value, '$.reason'),
+    lease_owner = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN json_extract(d.value, '$.status') = 'queued' THEN NULL ELSE :now END
+FROM json_each(:decisions) AS d
+WHERE e.id = json_extract(d.value, '$.id')
+  AND e.fencing_token = json_extract(d.value, '$.fencing_token')
+  AND e.status = 'running' AND e.lease_expires_at < :now
+RETURNING *;
 
 -- name: execution_claim_candidates
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,

@@ -1,0 +1,125 @@
+"""Under a backlog the scheduler degrades instead of collapsing: the sweep re-enqueues only what
+the queue lost, a bounded page per pass, and the shard leases are renewed whatever else is slow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from onbeat.queue.memory import MemoryDelayQueue
+from onbeat.scheduler import Scheduler
+from onbeat.store.base import DispatchParams, Store
+from onbeat.testing import FakeClock
+from tests.integration.conftest import Node
+
+SAFETY_TIMEOUT = 10.0
+"""Real seconds before a wait that should already be over is declared hung."""
+
+
+async def backlog(node: Node, runs: int) -> list[str]:
+    """``runs`` runs queued in the store and held by the queue, overdue by more than
+    ``sweep_overdue``, with nobody claiming them (the worker is not driven)."""
+    jobs = [node.app.schedule("record") for _ in range(runs)]
+    await node.scheduler.renew_shards()
+    assert await node.scheduler.sweep() == 0  # the takeover check of the fresh shards: empty
+    assert await node.scheduler.dispatch() == runs
+    node.clock.advance(node.app.settings.sweep_overdue + 1)
+    return [node.app.list_executions(job.id)[0].id for job in jobs]
+
+
+async def test_sweep__reenqueues_nothing_the_queue_still_holds(node: Node) -> None:
+    await backlog(node, 25)
+    for _ in range(3):
+        assert await node.scheduler.sweep() == 0
+    assert node.scheduler.stats.swept == 0
+
+
+async def test_sweep__reenqueues_exactly_the_runs_the_queue_lost(node: Node) -> None:
+    node.app.settings.sweep_batch = 10
+    ids = await backlog(node, 25)
+    lost = ids[::4]  # 7 runs, spread over every page
+    await node.queue.remove(lost)
+    passes = [await node.scheduler.sweep() for _ in range(3)]  # 3 pages of at most 10 cover 25
+    assert sum(passes) == len(lost) == 7
+    assert await node.queue.missing(ids) == []
+    assert await node.scheduler.sweep() == 0
+
+
+async def test_sweep__reads_a_bounded_page_per_pass_and_goes_on_where_it_stopped(
+    node: Node,
+) -> None:
+    node.app.settings.sweep_batch = 10
+    ids = await backlog(node, 25)
+    await node.queue.remove(ids)  # the queue lost everything
+    assert [await node.scheduler.sweep() for _ in range(4)] == [10, 10, 5, 0]
+    assert await node.queue.size() == 25
+    assert await node.queue.missing(ids) == []
+
+
+async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_ones(
+    node: Node,
+) -> None:
+    """A dead scheduler's queue is gone with it: its queued runs go to the new owner's queue at
+    once, not ``sweep_overdue`` after their time; page by page, each page still bounded."""
+    node.app.settings.sweep_batch = 5
+    due = node.clock.now().replace(microsecond=0).isoformat().replace("12:00:00", "12:00:03")
+    jobs = [node.app.schedule("record", at=due) for _ in range(12)]
+    await node.scheduler.renew_shards()
+    assert await node.scheduler.dispatch() == 12  # into the dead scheduler's queue
+    node.clock.advance(node.app.settings.shard_lease_ttl + 1)  # overdue by 13 s, less than 15
+    heir_queue = MemoryDelayQueue(node.clock)
+    heir = Scheduler(node.app.store, heir_queue, node.app.settings, node.clock)
+    await heir.renew_shards()
+    assert heir.leases.acquired == frozenset(range(4))
+    assert await heir.sweep() == 12
+    assert await heir_queue.size() == 12
+    assert await heir.sweep() == 0
+    assert {node.app.list_executions(job.id)[0].id for job in jobs} == set(
+        await heir_queue.claim_due(100)
+    )
+
+
+class StuckDispatch:
+    """The node's store, except that a dispatch pass hangs until ``release`` is set: a dispatch
+    pass that takes far longer than the shard lease (a huge backlog, a slow disk)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def execution_dispatch(self, params: DispatchParams) -> Any:
+        self.entered.set()
+        self.release.wait(SAFETY_TIMEOUT)
+        return self._store.execution_dispatch(params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_scheduler__shard_leases_are_renewed_while_a_dispatch_pass_hangs(
+    node: Node, clock: FakeClock
+) -> None:
+    settings = node.app.settings
+    store = StuckDispatch(node.app.store)
+    scheduler = Scheduler(store, node.queue, settings, clock)
+    stop = asyncio.Event()
+    running = asyncio.create_task(scheduler.run(stop))
+    try:
+        assert await asyncio.to_thread(store.entered.wait, SAFETY_TIMEOUT)
+        held = dict(scheduler.leases.epochs)
+        assert sorted(held) == [0, 1, 2, 3]
+        # Three shard lease TTLs go by while the dispatch pass hangs. The renew, reap and sweep
+        # loops each sleep on the clock again after every pass.
+        for _ in range(round(3 * settings.shard_lease_ttl / settings.shard_renew_interval)):
+            clock.advance(settings.shard_renew_interval)
+            await asyncio.wait_for(clock.until_sleeping(3), SAFETY_TIMEOUT)
+        assert dict(scheduler.leases.epochs) == held, "a lease lapsed and was taken again"
+        assert scheduler.stats.shards_taken == 4
+        intruder = node.app.store.shard_acquire("scheduler-intruder", settings.shard_lease_ttl)
+        assert intruder.epochs == {}, "another scheduler could take a shard of a busy one"
+    finally:
+        store.release.set()
+        stop.set()
+        await asyncio.wait_for(running, SAFETY_TIMEOUT)

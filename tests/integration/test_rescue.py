@@ -1,0 +1,107 @@
+"""A dead node's runs come back within their lease TTL + the reap interval, whoever died: any live
+scheduler reaps expired leases in every shard, without waiting to take the shards over."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from onbeat import AttemptOutcome, ExecutionStatus
+from onbeat.queue.memory import MemoryDelayQueue
+from onbeat.schedule import Schedule
+from onbeat.scheduler import Scheduler
+from onbeat.store import sqlite as sqlite_store
+from onbeat.store.base import DispatchParams, NewJob
+from onbeat.store.sqlite import SQLiteStore, to_us
+from onbeat.testing import FakeClock
+from onbeat.worker import Worker
+from tests.integration.conftest import Node
+
+
+async def test_rescue__a_dead_nodes_runs_restart_elsewhere_before_its_shards_are_taken_over(
+    node: Node,
+) -> None:
+    settings = node.app.settings
+    jobs = [node.app.schedule("record", {"n": n}) for n in range(6)]
+    # Node A: its scheduler holds every shard and dispatched the runs; its worker claimed them.
+    # Then A dies whole: no heartbeat, no renewal, no release.
+    await node.scheduler.renew_shards()
+    await node.scheduler.dispatch()
+    ids = await node.queue.claim_due(100)
+    dead_worker = node.new_worker()
+    assert (
+        len(
+            node.app.store.execution_claim(
+                ids, dead_worker.owner, settings.lease_ttl, settings.misfire_grace
+            ).started
+        )
+        == 6
+    )
+    # Node B: its own queue, worker and scheduler; A's shard leases (15 s) outlive the runs' (10 s).
+    queue_b = MemoryDelayQueue(node.clock)
+    scheduler_b = Scheduler(node.app.store, queue_b, settings, node.clock)
+    worker_b = Worker(node.app.store, queue_b, node.app.registry, settings, node.clock)
+    reaped_at = None
+    while not node.calls.seen and node.clock.monotonic() < settings.shard_lease_ttl:
+        node.clock.advance(settings.reap_interval)
+        await scheduler_b.renew_shards()
+        assert scheduler_b.leases.epochs == {}, "B took a shard over: not what is tested here"
+        if await scheduler_b.reap() and reaped_at is None:
+            reaped_at = node.clock.monotonic()
+        await scheduler_b.dispatch()
+        await worker_b.run_until_idle()
+    assert reaped_at is not None
+    assert reaped_at <= settings.lease_ttl + settings.reap_interval
+    # Due again after the lost attempt's backoff (at most ``backoff`` = 1 s for attempt 1).
+    while len(node.calls.seen) < 6 and node.clock.monotonic() < reaped_at + 1:
+        node.clock.advance(0.25)
+        await worker_b.run_until_idle()
+    assert scheduler_b.leases.epochs == {}
+    assert sorted(params["n"] for _, params, _ in node.calls.seen) == list(range(6))
+    for job in jobs:
+        [execution] = node.app.list_executions(job.id)
+        assert execution.status is ExecutionStatus.SUCCEEDED
+        assert [a.outcome for a in execution.attempts] == [
+            AttemptOutcome.LOST,
+            AttemptOutcome.SUCCEEDED,
+        ]
+        assert execution.attempts[1].worker == worker_b.owner
+
+
+def test_reap_statement__changes_a_run_only_while_its_lease_is_expired_under_that_token(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The reap's UPDATE re-checks expiry and fencing token itself, so a heartbeat or an outcome
+    committed between the reaper's read and its write wins (on a database where other sessions
+    can commit in between), and a second reaper changes nothing."""
+    store = SQLiteStore(tmp_path / "onbeat.db", clock)
+    try:
+        job = store.job_create(NewJob(task="t", params={}, schedule=Schedule.parse())).job
+        leases = store.shard_acquire("scheduler", 30)
+        [item] = store.execution_dispatch(DispatchParams(leases, 10, 60, 10))
+        [run] = store.execution_claim([item.execution_id], "worker", 10, 60).started
+        token = run.execution.fencing_token
+        clock.advance(11)
+
+        def apply(fencing_token: int) -> list[str]:
+            decision = {
+                "id": item.execution_id,
+                "fencing_token": fencing_token,
+                "status": "queued",
+                "due_at": to_us(clock.now()),
+                "error": "worker lost",
+                "reason": "retry",
+            }
+            args = {"decisions": json.dumps([decision]), "now": to_us(clock.now())}
+            with store._tx() as c:
+                return [r["id"] for r in c.execute(sqlite_store.Q["execution_reap"], args)]
+
+        assert apply(token - 1) == [], "a decision about an older attempt was applied"
+        store.execution_heartbeat("worker", 10)  # committed after the reaper read the lease
+        assert apply(token) == []
+        clock.advance(11)
+        assert apply(token) == [item.execution_id]
+        assert apply(token) == [], "reaped twice"
+        assert [e.status for e in store.execution_list(job.id)] == [ExecutionStatus.QUEUED]
+    finally:
+        store.close()
