@@ -15,6 +15,7 @@ import pytest
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+from onbeat.testing.store_contract_heartbeat import HeartbeatContract
 
 _STORE_URLS = {"sqlite": "sqlite:///{directory}/onbeat.db"}
 """Per backend, the URL of a fresh store; ``{directory}`` is an empty directory of the test's."""
@@ -51,5 +52,5 @@ def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iter
         yield fresh
 
 
-class TestStore(StoreContract):
+class TestStore(StoreContract, HeartbeatContract):
     pass

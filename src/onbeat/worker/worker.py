@@ -210,9 +210,11 @@ class Worker:
                 self.stats.failed += 1
 
     async def heartbeat(self) -> None:
-        """Extend every lease of this worker in one statement; stop runs whose lease was lost."""
+        """Extend the leases of the runs this worker runs, in one statement; stop runs whose
+        lease was lost."""
+        running = {eid: token for eid, (token, _) in self._inflight.items()}
         held = await asyncio.to_thread(
-            self.store.execution_heartbeat, self.owner, self.settings.lease_ttl
+            self.store.execution_heartbeat, self.owner, running, self.settings.lease_ttl
         )
         finishing = {c.execution_id for c in self._finished}
         for execution_id, (token, _) in list(self._inflight.items()):
