@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import importlib
 import json
 import logging
-from collections.abc import Awaitable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from onbeat.app import MAX_PARAMS_BYTES
 from onbeat.clock import Clock
-from onbeat.errors import TaskNotFoundError
+from onbeat.errors import TaskAborted, TaskNotFoundError, TaskTimeout
 from onbeat.queue.base import DelayQueue
 from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
 from onbeat.settings import Settings
 from onbeat.store.base import ClaimedRun, Completion, Store
 from onbeat.task import TaskContext, TaskRegistry
+from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 
 log = logging.getLogger("onbeat.worker")
+
+MAX_RESULT_BYTES = MAX_PARAMS_BYTES
+"""A return value whose JSON is larger is stored as a truncated preview (see ``stored_result``)."""
+RESULT_PREVIEW_CHARS = 1024
 
 
 @dataclass
@@ -38,6 +43,8 @@ class WorkerStats:
     fenced: int = 0
     """Outcomes the store refused because the run's lease had been taken away."""
     released: int = 0
+    threads_abandoned: int = 0
+    """Sync runs that timed out or were cancelled while their thread ran on (it cannot be stopped)."""
 
 
 class Worker:
@@ -65,7 +72,20 @@ class Worker:
         self._finished: list[Completion] = []
         self._finished_ready = asyncio.Event()
         self._slot_free = asyncio.Event()
-        self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="onbeat-task")
+        self._async_executor = AsyncExecutor(clock)
+        self._sync_executor = self._pool(settings, clock)
+
+    def _pool(self, settings: Settings, clock: Clock) -> Executor:
+        """The executor of sync tasks: ``settings.pool``."""
+        if settings.pool == "processes":
+            # Imported only when chosen: child processes cost nothing unless asked for.
+            processes = importlib.import_module("onbeat.worker.processes")
+            executor: Executor = processes.ProcessExecutor(settings.concurrency, clock)
+            return executor
+        return ThreadExecutor(clock, on_abandon=self._count_abandoned)
+
+    def _count_abandoned(self) -> None:
+        self.stats.threads_abandoned += 1
 
     @property
     def inflight(self) -> int:
@@ -136,22 +156,23 @@ class Worker:
         timed_out = False
         try:
             task = self.registry.get(run.task)
-            if task.is_async:
-                work = task.fn(ctx, **run.params)
-            else:
-                loop = asyncio.get_running_loop()
-                work = loop.run_in_executor(
-                    self._threads, functools.partial(task.fn, ctx, **run.params)
-                )
-            result = await self._within(work, run.timeout)
-            return Completion(ex.id, ex.fencing_token, succeeded=True, result=_jsonable(result))
-        except TimeoutError:
+            executor = self._async_executor if task.is_async else self._sync_executor
+            result = await executor.run(task, ctx, run.params, run.timeout)
+            return Completion(ex.id, ex.fencing_token, succeeded=True, result=stored_result(result))
+        except TaskTimeout:
             timed_out = True
             error = f"timed out after {run.timeout}s"
         except TaskNotFoundError as exc:
             error = f"{exc} in this worker"
+        except TaskAborted as exc:
+            error = str(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # an executor let task code's SystemExit & co. through
+            current = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and current and current.cancelling():
+                raise
+            error = str(TaskAborted(exc))
         retry_in = (
             backoff_delay(run.retry, ex.attempt) if ex.attempt < run.retry.max_attempts else None
         )
@@ -163,22 +184,6 @@ class Worker:
             timed_out=timed_out,
             retry_in=retry_in,
         )
-
-    async def _within(self, work: Awaitable[Any], timeout: float | None) -> Any:
-        """Await ``work``, raising TimeoutError after ``timeout`` seconds of this worker's clock."""
-        if timeout is None:
-            return await work
-        run = asyncio.ensure_future(work)
-        timer = asyncio.ensure_future(self.clock.sleep(timeout))
-        try:
-            done, _ = await asyncio.wait([run, timer], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            if not run.done():
-                run.cancel()
-        if run not in done:
-            raise TimeoutError
-        return run.result()
 
     async def flush(self) -> None:
         """Write the outcomes gathered so far, in one store call."""
@@ -296,13 +301,21 @@ class Worker:
         self._inflight.clear()
         with contextlib.suppress(Exception):
             await asyncio.gather(*loops, return_exceptions=True)
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        await self._async_executor.close()
+        await self._sync_executor.close()
 
 
-def _jsonable(value: Any) -> Any:
-    """A task's return value as stored: itself if JSON can hold it, else its repr."""
+def stored_result(value: Any) -> Any:
+    """A task's return value as stored: itself if JSON can hold it, else its repr; and if that
+    is larger than ``MAX_RESULT_BYTES`` of JSON, ``{"truncated": true, "bytes": <its JSON size>,
+    "preview": <its first RESULT_PREVIEW_CHARS characters>}`` instead, so one task cannot bloat
+    every read of its executions."""
     try:
-        json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)
-    return value
+        value = repr(value)
+        text = json.dumps(value)
+    if len(text) <= MAX_RESULT_BYTES:  # json.dumps escapes to ASCII: characters are bytes
+        return value
+    preview = value if isinstance(value, str) else text
+    return {"truncated": True, "bytes": len(text), "preview": preview[:RESULT_PREVIEW_CHARS]}
