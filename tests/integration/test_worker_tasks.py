@@ -4,6 +4,7 @@ None of it may stop, starve or bloat the node."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -160,3 +161,43 @@ async def test_worker__return_value_under_the_cap_is_stored_as_is(node: Node) ->
     job = node.app.schedule("fits")
     await node.step()
     assert _only(node, job.id).result == value
+
+
+async def test_worker__watchdog_names_the_run_that_blocks_the_event_loop(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An async task that blocks the loop is named in a warning (and counted) while it blocks."""
+    node.app.settings.loop_stall_warning = 0.2
+    blocked, answered = threading.Event(), threading.Event()
+
+    class Signals(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith("event loop blocked"):
+                blocked.set()
+            elif message.startswith("event loop answered again"):
+                answered.set()
+
+    @node.app.task(name="hog")
+    async def hog(ctx: TaskContext) -> None:
+        blocked.wait(5)  # blocks the event loop until the watchdog has named this run
+
+    signals = Signals()
+    logging.getLogger("onbeat.worker").addHandler(signals)
+    worker = node.new_worker()
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        job = node.app.schedule("hog")
+        await node.scheduler.renew_shards()
+        await node.scheduler.dispatch()
+        assert await asyncio.to_thread(answered.wait, 5)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+        logging.getLogger("onbeat.worker").removeHandler(signals)
+    execution = _only(node, job.id)
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert f"event loop blocked for over 0.2s by run {execution.id} (task hog)" in caplog.text
+    assert f"blocked by run {execution.id} (task hog)" in caplog.text
+    assert worker.stats.loop_stalls == 1

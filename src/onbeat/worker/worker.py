@@ -36,6 +36,7 @@ from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
 from onbeat.task import TaskContext, TaskRegistry
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
+from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
 log = logging.getLogger("onbeat.worker")
 
@@ -58,6 +59,8 @@ class WorkerStats:
     """Sync runs that timed out or were cancelled while their thread ran on (it cannot be stopped)."""
     loop_restarts: int = 0
     """Times a background loop of the worker failed and was restarted."""
+    loop_stalls: int = 0
+    """Times the event loop did not answer for ``loop_stall_warning`` seconds (see watchdog.py)."""
 
 
 @dataclass(eq=False)
@@ -114,6 +117,9 @@ class Worker:
             held=self._held_leases,
             on_lost=self._leases_lost,
         )
+        self._watchdog = LoopWatchdog(
+            settings.loop_stall_warning, self._describe_run, self._count_stall
+        )
 
     def _pool(self, settings: Settings, clock: Clock) -> Executor:
         """The executor of sync tasks: ``settings.pool``."""
@@ -126,6 +132,15 @@ class Worker:
 
     def _count_abandoned(self) -> None:
         self.stats.threads_abandoned += 1
+
+    def _count_stall(self) -> None:
+        self.stats.loop_stalls += 1
+
+    def _describe_run(self, execution_id: str) -> str:
+        """For the watchdog's log; called from its thread."""
+        with self._held_lock:
+            held = self._held.get(execution_id)
+        return f"run {execution_id} (task {held.run.task if held else 'unknown'})"
 
     @property
     def inflight(self) -> int:
@@ -170,7 +185,9 @@ class Worker:
             if run.execution.id in self._held:  # lost its lease, then claimed again by us
                 self._cancel_local(run.execution.id, "claimed again with a newer fencing token")
             held = _Held(run)
-            held.task = asyncio.create_task(self._run(held), name=f"onbeat-run-{run.execution.id}")
+            held.task = asyncio.create_task(
+                self._run(held), name=f"{RUN_TASK_PREFIX}{run.execution.id}"
+            )
             held.task.add_done_callback(self._run_done)
             self._executing += 1
             started.append(held)
@@ -326,6 +343,7 @@ class Worker:
         """Claim and run until ``stop`` is set, then drain (see ``shutdown``)."""
         self._stopping.clear()
         self._heartbeat.start(asyncio.get_running_loop())
+        self._watchdog.start(asyncio.get_running_loop())
         self._loops = [
             asyncio.create_task(self._supervised("claim", self._claim_loop), name="onbeat-claim"),
             asyncio.create_task(self._supervised("flush", self._flush_loop), name="onbeat-flush"),
@@ -396,6 +414,7 @@ class Worker:
             )
             log.info("released %d unfinished runs", len(leftover))
         await asyncio.to_thread(self._heartbeat.stop)
+        self._watchdog.stop()
         await self._async_executor.close()
         await self._sync_executor.close()
 
