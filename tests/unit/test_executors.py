@@ -54,11 +54,13 @@ async def test_async_executor__timeout_on_the_clock_cancels_the_coroutine(
 async def test_async_executor__task_code_cancelled_error_is_aborted_not_a_stop(
     clock: FakeClock,
 ) -> None:
+    """With a timeout the task runs in a child task: what it raises must not stop the loop."""
+
     async def raises(ctx: TaskContext) -> None:
         raise asyncio.CancelledError
 
     with pytest.raises(TaskAborted, match="CancelledError"):
-        await AsyncExecutor(clock).run(_task(raises), _ctx(), {}, None)
+        await AsyncExecutor(clock).run(_task(raises), _ctx(), {}, 5.0)
 
 
 async def test_async_executor__the_callers_cancellation_passes_through(clock: FakeClock) -> None:
@@ -164,5 +166,5 @@ async def test_executors__base_exception_from_task_code_becomes_task_aborted(
     executor = AsyncExecutor(clock) if is_async else ThreadExecutor(clock)
     task = _task(async_exit if is_async else sync_exit)
     with pytest.raises(TaskAborted, match=r"^SystemExit: 2 \(raised by the task"):
-        await executor.run(task, _ctx(), {}, None)
+        await executor.run(task, _ctx(), {}, 5.0)
     await executor.close()

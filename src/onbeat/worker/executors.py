@@ -5,9 +5,9 @@ tasks in the configured pool: daemon threads (``ThreadExecutor``, the default) o
 (``onbeat.worker.processes.ProcessExecutor``, ``--pool processes``). docs/executors.md says what
 each guarantees and which to pick.
 
-Whatever the task raises reaches the worker as an ``Exception``: a ``BaseException`` from task
-code (``SystemExit``, ``KeyboardInterrupt``...) becomes ``TaskAborted``, so it fails the run
-instead of stopping the node.
+A ``BaseException`` from task code (``SystemExit``, ``KeyboardInterrupt``...) must fail the run,
+never stop the node: where it would escape an asyncio task or a thread, the executor turns it into
+``TaskAborted``; where it is raised in the worker's own run task, the worker does.
 """
 
 from __future__ import annotations
@@ -62,11 +62,14 @@ class AsyncExecutor:
     async def run(
         self, task: Task, ctx: TaskContext, params: dict[str, Any], timeout: float | None
     ) -> Any:
-        work = _guarded(task.fn(ctx, **params))
         if timeout is None:
-            return await work  # in the caller's task, so the watchdog sees the run's task name
+            # In the caller's task: the watchdog sees the run's task name, and the worker's
+            # handler catches a BaseException before it reaches the event loop.
+            return await task.fn(ctx, **params)
         current = asyncio.current_task()
-        child = asyncio.create_task(work, name=current.get_name() if current else None)
+        child = asyncio.create_task(
+            _guarded(task.fn(ctx, **params)), name=current.get_name() if current else None
+        )
         timer = asyncio.ensure_future(self._clock.sleep(timeout))
         try:
             done, _ = await asyncio.wait([child, timer], return_when=asyncio.FIRST_COMPLETED)
@@ -83,9 +86,9 @@ class AsyncExecutor:
 
 
 async def _guarded(work: Awaitable[T]) -> T:
-    """Await task code; a BaseException it raises becomes TaskAborted (an asyncio task that
-    raises SystemExit or KeyboardInterrupt would stop the event loop). The worker's own
-    cancellation of the run passes through."""
+    """Await task code in a task of its own; a BaseException it raises becomes TaskAborted (an
+    asyncio task that raises SystemExit or KeyboardInterrupt stops the event loop). The worker's
+    own cancellation of the run passes through."""
     try:
         return await work
     except asyncio.CancelledError as exc:

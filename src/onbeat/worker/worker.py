@@ -63,7 +63,7 @@ class WorkerStats:
     """Times the event loop did not answer for ``loop_stall_warning`` seconds (see watchdog.py)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Held:
     """A run this worker holds the lease of, from its claim until its outcome is written."""
 
@@ -258,7 +258,7 @@ class Worker:
             error = str(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-        except BaseException as exc:  # an executor let task code's SystemExit & co. through
+        except BaseException as exc:  # SystemExit & co. from task code run in this task
             current = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and current and current.cancelling():
                 raise
