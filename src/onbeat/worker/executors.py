@@ -112,8 +112,8 @@ class _ThreadRun:
     task: str
     loop: asyncio.AbstractEventLoop
     done: asyncio.Future[Any]
-    started: asyncio.Future[None]
-    """Set when a thread picks the run up: its timeout counts from then."""
+    started: asyncio.Future[None] | None
+    """For a run with a timeout: set when a thread picks it up (the timeout counts from then)."""
     state: Literal["queued", "running", "finished"] = "queued"
     abandoned: bool = False
     began: float = 0.0
@@ -175,11 +175,11 @@ class ThreadExecutor:
             task.name,
             loop,
             loop.create_future(),
-            loop.create_future(),
+            None if timeout is None else loop.create_future(),
         )
         self._submit(job)
         try:
-            if timeout is None:
+            if job.started is None or timeout is None:
                 return await job.done
             await job.started
             timer = asyncio.ensure_future(self._clock.sleep(timeout))
@@ -244,7 +244,8 @@ class ThreadExecutor:
                 return
             job.state = "running"
         job.began = time.monotonic()
-        job.post(job.started)
+        if job.started is not None:
+            job.post(job.started)
         value: Any = None
         error: Exception | None = None
         try:
@@ -268,7 +269,8 @@ class ThreadExecutor:
 
     def _abandon(self, job: _ThreadRun, why: str) -> None:
         """Called on the loop's thread: nobody waits for ``job`` any more."""
-        job.started.cancel()
+        if job.started is not None:
+            job.started.cancel()
         job.done.cancel()
         with self._lock:
             if job.state == "finished" or job.abandoned:
