@@ -12,17 +12,10 @@ from typing import Any, cast
 import pytest
 
 from onbeat import AttemptOutcome, ExecutionStatus
-from onbeat.model import Execution
 from onbeat.queue.base import QueueItem
 from onbeat.store.base import ClaimResult, Completion, Store
-from onbeat.worker import Worker
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
 from tests.integration.conftest import Node
-
-
-def _only(node: Node, job_id: str) -> Execution:
-    [execution] = node.app.list_executions(job_id)
-    return execution
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -49,16 +42,6 @@ class _QueueProxy:
         return getattr(self._queue, name)
 
 
-def _worker(node: Node, store: Any = None, queue: Any = None) -> Worker:
-    app = node.app
-    return Worker(store or app.store, queue or node.queue, app.registry, app.settings, node.clock)
-
-
-async def _dispatched(node: Node) -> None:
-    await node.scheduler.renew_shards()
-    await node.scheduler.dispatch()
-
-
 async def test_worker__stop_during_a_claim_releases_what_the_claim_started(node: Node) -> None:
     """The claim commits in its thread while shutdown cancels the claim loop: the run it started
     is released (due again, attempt not counted), not left to its lease and dead-lettered."""
@@ -82,9 +65,9 @@ async def test_worker__stop_during_a_claim_releases_what_the_claim_started(node:
             return await self._queue.claim_due(limit)
 
     job = node.app.schedule("record", max_attempts=1)
-    await _dispatched(node)
+    await node.dispatch()
     store, queue = GatedClaims(node.app.store), ClaimerQueue(node)
-    worker = _worker(node, store, queue)
+    worker = node.new_worker(store, queue)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     assert await asyncio.to_thread(store.entered.wait, 5)
@@ -94,7 +77,7 @@ async def test_worker__stop_during_a_claim_releases_what_the_claim_started(node:
     store.gate.set()  # the claim commits after shutdown began
     await asyncio.wait_for(running, 5)
     assert await asyncio.to_thread(store.returned.wait, 5)
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     assert (execution.status, execution.attempt) == (ExecutionStatus.SCHEDULED, 0)
     assert [a.outcome for a in execution.attempts] == [AttemptOutcome.RELEASED]
     assert worker.stats.released == 1
@@ -108,8 +91,8 @@ async def test_worker__started_run_is_run_although_requeueing_the_not_due_ones_f
     fails. The started run is tracked before that, so it runs and its outcome is written."""
     now_job = node.app.schedule("record", {"n": 1})
     later_job = node.app.schedule("record", {"n": 2}, at=node.clock.now() + timedelta(seconds=3))
-    await _dispatched(node)
-    later = _only(node, later_job.id)
+    await node.dispatch()
+    later = node.execution(later_job.id)
 
     class BrokenRequeue(_QueueProxy):
         async def claim_due(self, limit: int) -> list[str]:
@@ -119,12 +102,12 @@ async def test_worker__started_run_is_run_although_requeueing_the_not_due_ones_f
         async def enqueue(self, items: Sequence[QueueItem]) -> None:
             raise RuntimeError("queue unavailable")
 
-    worker = _worker(node, queue=BrokenRequeue(node))
+    worker = node.new_worker(queue=BrokenRequeue(node))
     assert await worker.claim_once() == 1
     await asyncio.wait_for(worker.run_until_idle(), 5)
-    assert _only(node, now_job.id).status is ExecutionStatus.SUCCEEDED
+    assert node.execution(now_job.id).status is ExecutionStatus.SUCCEEDED
     assert node.calls.seen[0][1] == {"n": 1}
-    assert _only(node, later_job.id).status is ExecutionStatus.QUEUED  # the sweep re-enqueues it
+    assert node.execution(later_job.id).status is ExecutionStatus.QUEUED  # the sweep re-enqueues it
 
 
 async def test_worker__heartbeat_does_not_keep_alive_a_run_the_worker_does_not_run(
@@ -133,7 +116,7 @@ async def test_worker__heartbeat_does_not_keep_alive_a_run_the_worker_does_not_r
     """A run the store started for this worker's owner that the worker is not running (it lost
     track of it) is not renewed by its heartbeats: the reaper frees it and it runs."""
     job = node.app.schedule("record")
-    await _dispatched(node)
+    await node.dispatch()
     worker = node.new_worker()
     ids = await node.queue.claim_due(10)
     [lost] = node.app.store.execution_claim(ids, worker.owner, node.app.settings.lease_ttl).started
@@ -144,7 +127,7 @@ async def test_worker__heartbeat_does_not_keep_alive_a_run_the_worker_does_not_r
     node.clock.advance(2)
     await node.scheduler.dispatch()
     await worker.run_until_idle()
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert [a.outcome for a in execution.attempts] == [
         AttemptOutcome.LOST,
@@ -166,12 +149,12 @@ async def test_worker__claim_loop_that_fails_is_logged_and_restarted(
             await self._queue.wait(timeout)
 
     queue = FailsOnce(node)
-    worker = _worker(node, queue=queue)
+    worker = node.new_worker(queue=queue)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     await asyncio.wait_for(queue.failed.wait(), 5)
     node.app.schedule("block")
-    await _dispatched(node)
+    await node.dispatch()
     await asyncio.wait_for(node.calls.started.wait(), 5)  # claimed by the restarted loop
     node.calls.release.set()
     stop.set()
@@ -187,11 +170,11 @@ async def test_worker__run_claimed_again_by_the_same_worker_stops_its_old_task(
     """The worker stalled past its lease, the run was reaped and this same worker claimed it
     again: the old local run is stopped, not left running beside the new one."""
     job = node.app.schedule("block")
-    await _dispatched(node)
+    await node.dispatch()
     worker = node.worker
     await worker.claim_once()
     await node.calls.started.wait()
-    eid = _only(node, job.id).id
+    eid = node.execution(job.id).id
     node.clock.advance(11)
     assert await node.scheduler.reap() == 1
     node.clock.advance(2)
@@ -208,7 +191,7 @@ async def test_worker__run_claimed_again_by_the_same_worker_stops_its_old_task(
     assert worker.stats.fenced == 1
     node.calls.release.set()
     await worker.run_until_idle()
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert [a.outcome for a in execution.attempts] == [
         AttemptOutcome.LOST,
@@ -233,14 +216,14 @@ async def test_worker__heartbeat_while_an_outcome_is_being_written_fences_nothin
 
     store = SlowFinish(node.app.store)
     job = node.app.schedule("arecord")
-    await _dispatched(node)
-    worker = _worker(node, store)
+    await node.dispatch()
+    worker = node.new_worker(store)
     draining = asyncio.create_task(worker.run_until_idle())
     assert await asyncio.to_thread(store.committed.wait, 5)
     await worker.heartbeat()
     store.gate.set()
     await asyncio.wait_for(draining, 5)
-    assert _only(node, job.id).status is ExecutionStatus.SUCCEEDED
+    assert node.execution(job.id).status is ExecutionStatus.SUCCEEDED
     assert (worker.stats.succeeded, worker.stats.fenced) == (1, 0)
 
 
@@ -251,7 +234,7 @@ async def test_heartbeat__thread_renews_held_leases_on_the_clock_and_reports_los
     interval passed, and reports the ones no longer held back on the event loop."""
     for _ in range(2):
         node.app.schedule("record")
-    await _dispatched(node)
+    await node.dispatch()
     store, owner, ttl = node.app.store, "worker-hb", node.app.settings.lease_ttl
     kept, gone = store.execution_claim(await node.queue.claim_due(10), owner, ttl).started
     held = {r.execution.id: r.execution.fencing_token for r in (kept, gone)}

@@ -12,15 +12,8 @@ from typing import Any
 import pytest
 
 from onbeat import AttemptOutcome, ExecutionStatus, TaskContext
-from onbeat.model import Execution
 from onbeat.worker.worker import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
 from tests.integration.conftest import Node
-
-
-def _only(node: Node, job_id: str) -> Execution:
-    [execution] = node.app.list_executions(job_id)
-    return execution
-
 
 ABORTS: list[Callable[[], BaseException]] = [
     lambda: SystemExit(3),
@@ -55,7 +48,7 @@ async def test_worker__task_raising_a_base_exception_is_a_failed_attempt(
     job = node.app.schedule("abort", max_attempts=2, backoff=0, timeout=timeout)
     await node.step()
     await node.step()
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     expected = type(abort()).__name__
     assert execution.status is ExecutionStatus.FAILED
     assert [a.outcome for a in execution.attempts] == [AttemptOutcome.FAILED] * 2
@@ -88,8 +81,7 @@ async def test_worker__sync_task_past_its_timeout_does_not_hold_a_thread_others_
         hang_release.wait()
 
     hung = [node.app.schedule("hang") for _ in range(2)]
-    await node.scheduler.renew_shards()
-    await node.scheduler.dispatch()
+    await node.dispatch()
     worker = node.new_worker()
     assert await worker.claim_once() == 2
     for _ in hung:
@@ -98,14 +90,14 @@ async def test_worker__sync_task_past_its_timeout_does_not_hold_a_thread_others_
     node.clock.advance(1)
     await asyncio.wait_for(worker.run_until_idle(), 5)
     for job in hung:
-        execution = _only(node, job.id)
+        execution = node.execution(job.id)
         assert execution.status is ExecutionStatus.FAILED
         assert [a.outcome for a in execution.attempts] == [AttemptOutcome.TIMED_OUT]
 
     after = node.app.schedule("record", {"after": "timeouts"})
     await node.scheduler.dispatch()
     await asyncio.wait_for(worker.run_until_idle(), 5)
-    assert _only(node, after.id).status is ExecutionStatus.SUCCEEDED
+    assert node.execution(after.id).status is ExecutionStatus.SUCCEEDED
     assert worker.stats.threads_abandoned == 2
     assert not hang_release.is_set()  # the hung threads were still running all along
 
@@ -121,7 +113,7 @@ async def test_worker__sync_tasks_run_in_daemon_threads(node: Node) -> None:
 
     job = node.app.schedule("where")
     await node.step()
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     assert seen == [(f"onbeat-run-{execution.id}", True)]
 
 
@@ -141,7 +133,7 @@ async def test_worker__oversized_return_value_is_stored_truncated(node: Node, va
 
     job = node.app.schedule("big")
     await node.step()
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     result = execution.result
     assert isinstance(result, dict)
@@ -160,7 +152,7 @@ async def test_worker__return_value_under_the_cap_is_stored_as_is(node: Node) ->
 
     job = node.app.schedule("fits")
     await node.step()
-    assert _only(node, job.id).result == value
+    assert node.execution(job.id).result == value
 
 
 async def test_worker__watchdog_names_the_run_that_blocks_the_event_loop(
@@ -189,14 +181,13 @@ async def test_worker__watchdog_names_the_run_that_blocks_the_event_loop(
     running = asyncio.create_task(worker.run(stop))
     try:
         job = node.app.schedule("hog")
-        await node.scheduler.renew_shards()
-        await node.scheduler.dispatch()
+        await node.dispatch()
         assert await asyncio.to_thread(answered.wait, 5)
     finally:
         stop.set()
         await asyncio.wait_for(running, 5)
         logging.getLogger("onbeat.worker").removeHandler(signals)
-    execution = _only(node, job.id)
+    execution = node.execution(job.id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert f"event loop blocked for over 0.2s by run {execution.id} (task hog)" in caplog.text
     assert f"blocked by run {execution.id} (task hog)" in caplog.text

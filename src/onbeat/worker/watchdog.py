@@ -70,7 +70,7 @@ class LoopWatchdog:
         log.warning(
             "event loop blocked for over %.1fs by %s: async tasks must not block "
             "(await, or make the task sync so it runs in the pool)",
-            time.monotonic() - sent,
+            self._threshold,
             holders[0],
         )
         self._on_stall()
