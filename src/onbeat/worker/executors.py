@@ -231,17 +231,19 @@ class ThreadExecutor:
             if job is None:
                 return
             me.name = f"onbeat-run-{job.ctx.execution_id}"
-            self._execute(job)
+            if not self._execute(job):
+                return
             me.name = idle_name
-            with self._lock:
-                if self._closed:
-                    return
-                self._idle += 1
 
-    def _execute(self, job: _ThreadRun) -> None:
+    def _execute(self, job: _ThreadRun) -> bool:
+        """Run ``job`` and post its outcome; False if the pool closed meanwhile (the thread
+        exits)."""
         with self._lock:
             if job.abandoned:  # cancelled before a thread picked it up
-                return
+                if self._closed:
+                    return False
+                self._idle += 1
+                return True
             job.state = "running"
         job.began = time.monotonic()
         if job.started is not None:
@@ -258,6 +260,9 @@ class ThreadExecutor:
             job.state = "finished"
             if job.abandoned:
                 self.abandoned_running -= 1
+            open_ = not self._closed
+            if open_:
+                self._idle += 1  # before the outcome is posted: the next run may come at once
         if job.abandoned:
             log.info(
                 "%s: abandoned thread returned after %.1fs; it is free again",
@@ -266,6 +271,7 @@ class ThreadExecutor:
             )
         else:
             job.post(job.done, value, error)
+        return open_
 
     def _abandon(self, job: _ThreadRun, why: str) -> None:
         """Called on the loop's thread: nobody waits for ``job`` any more."""
