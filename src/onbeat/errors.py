@@ -36,14 +36,27 @@ class TaskNotFoundError(ValidationError):
         self.name = name
 
 
-class TaskTimeout(OnbeatError):
-    """A run outlived its timeout; the executor stopped it as far as it can (a process pool kills
-    the process that ran it)."""
+class TaskTimeout(OnbeatError, TimeoutError):
+    """A run passed its timeout. The executor stopped it as far as it can: an async task is
+    cancelled, a child process is killed; a thread cannot be stopped, so it is abandoned (it runs
+    on, holding no slot)."""
 
 
 class TaskCrashed(OnbeatError):
-    """The process running a task died before the task returned (killed by a signal, ``os._exit``,
-    ``SystemExit``); only that run fails."""
+    """The process running the task died (killed, crashed, ``os._exit``) before it returned."""
+
+
+class TaskAborted(OnbeatError):
+    """Task code raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``...). Carried as an ordinary exception, so that it fails
+    the run instead of stopping the worker: task code must never stop the node."""
+
+    def __init__(self, original: BaseException) -> None:
+        detail = (
+            f"{type(original).__name__}: {original}" if str(original) else type(original).__name__
+        )
+        super().__init__(f"{detail} (raised by the task; task code cannot stop the worker)")
+        self.original = original
 
 
 class UnreadableRecordError(OnbeatError):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 
 from onbeat.app import App
 from onbeat.queue import open_queue
@@ -41,13 +43,28 @@ class Node:
             await self.queue.close()
 
 
+def _stop_signal(node: Node, sig: signal.Signals) -> None:
+    """The first SIGINT/SIGTERM stops the node gracefully (runs get ``shutdown_grace``, the rest
+    are released); a second one exits at once, leaving unfinished runs to their leases."""
+    if not node.stop.is_set():
+        log.info("%s: stopping gracefully (send it again to exit at once)", sig.name)
+        node.stop.set()
+        return
+    log.warning(
+        "second %s: exiting now; unfinished runs are retried once their leases expire", sig.name
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + sig)
+
+
 async def serve(app: App, listen: tuple[str, int] | None = ("127.0.0.1", 8000)) -> None:
-    """Run a node until SIGINT or SIGTERM, then shut down gracefully. Prints the API's URLs once
-    it listens."""
+    """Run a node until SIGINT or SIGTERM, then shut down gracefully (a second signal exits at
+    once). Prints the API's URLs once it listens."""
     node = Node(app)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, node.stop.set)
+        loop.add_signal_handler(sig, _stop_signal, node, sig)
     log.info(
         "onbeat node up: store %s, queue %s, %d tasks",
         app.settings.database_url,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -17,6 +19,16 @@ class Settings(BaseSettings):
     concurrency: int = Field(64, ge=1, description="Runs one worker process executes at once.")
     claim_batch: int = Field(256, ge=1, description="Most runs a worker claims per store call.")
     shutdown_grace: float = Field(10.0, ge=0, description="Seconds in-flight runs get to finish.")
+    loop_stall_warning: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds the event loop may go unanswered before the watchdog logs what holds it.",
+    )
+    pool: Literal["threads", "processes"] = Field(
+        "threads",
+        description="Where sync tasks run: daemon threads, or child processes (hard timeouts, "
+        "crash isolation). See docs/executors.md.",
+    )
 
     shards: int = Field(16, ge=1, description="Shard count, fixed when the store is created.")
     shard_lease_ttl: float = Field(15.0, gt=0)

@@ -15,6 +15,7 @@ import pytest
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+from onbeat.testing.store_contract_heartbeat import HeartbeatContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
 from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
@@ -56,5 +57,11 @@ def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iter
         yield fresh
 
 
-class TestStore(StoreContract, ScheduleChainContract, ScheduleHistoryContract, RecoveryContract):
+class TestStore(
+    StoreContract,
+    ScheduleChainContract,
+    ScheduleHistoryContract,
+    RecoveryContract,
+    HeartbeatContract,
+):
     pass

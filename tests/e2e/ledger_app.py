@@ -1,4 +1,4 @@
-"""The app the crash tests run: its task writes a start and an end line per run to a ledger file
+"""The app the crash tests run: its tasks write a start and an end line per run to a ledger file
 (one ``write()`` each, O_APPEND), independent of the store, so lost and duplicate runs can be counted."""
 
 from __future__ import annotations
@@ -38,3 +38,25 @@ async def work(ctx: TaskContext, duration: float = 0.3) -> None:
     _record("start", ctx)
     await asyncio.sleep(duration)
     _record("end", ctx)
+
+
+@app.task(name="work_sync", max_attempts=5, backoff=0.2, backoff_max=1.0)
+def work_sync(ctx: TaskContext) -> None:
+    _record("start", ctx)
+    _record("end", ctx)
+
+
+@app.task(name="block_loop", max_attempts=3, backoff=0.2, backoff_max=1.0)
+async def block_loop(ctx: TaskContext, seconds: float) -> None:
+    """The mistake it stands for: a blocking call in an ``async def`` task holds the event loop."""
+    _record("start", ctx)
+    time.sleep(seconds)  # noqa: ASYNC251  (on purpose)
+    _record("end", ctx)
+
+
+@app.task(name="hang", max_attempts=1)
+def hang(ctx: TaskContext) -> None:
+    """A sync task that never returns."""
+    _record("start", ctx)
+    while True:
+        time.sleep(3600)

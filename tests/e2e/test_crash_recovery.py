@@ -5,103 +5,26 @@ Real processes, a real SQLite file, and a ledger the task writes itself (indepen
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from onbeat import App, AttemptOutcome, ExecutionStatus, OverlapPolicy
+from tests.e2e.conftest import StartNode, read_ledger, wait_until
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-
-
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """Complete lines only: a line being appended while we read has no newline yet."""
-    if not path.exists():
-        return []
-    *complete, _partial = path.read_text().split("\n")
-    return [json.loads(line) for line in complete if line.strip()]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    yield {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "ONBEAT_DATABASE_URL": f"sqlite:///{tmp_path / 'onbeat.db'}",
-        "ONBEAT_TEST_LEDGER": str(tmp_path / "ledger.jsonl"),
-        "ONBEAT_LEASE_TTL": "2",
-        "ONBEAT_HEARTBEAT_INTERVAL": "0.5",
-        "ONBEAT_SHARD_LEASE_TTL": "2",
-        "ONBEAT_SHARD_RENEW_INTERVAL": "0.5",
-        "ONBEAT_SWEEP_INTERVAL": "1",
-        "ONBEAT_SWEEP_OVERDUE": "3",
-        "ONBEAT_LOG_LEVEL": "WARNING",
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-def start_node() -> Iterator[Callable[[dict[str, str], Path], subprocess.Popen[bytes]]]:
-    """Starts `onbeat up` processes; any still running when the test ends is killed and reaped."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-        started.append(_spawn_node(env, log))
-        return started[-1]
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-
-
-def _spawn_node(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                *(sys.executable, "-m", "onbeat", "up", "--app", "tests.e2e.ledger_app:app"),
-                *("--port", str(free_port())),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
 
 
 def test_crash_recovery__kill_9_loses_no_run(
     env: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    start_node: Callable[[dict[str, str], Path], subprocess.Popen[bytes]],
+    start_node: StartNode,
 ) -> None:
     ledger = Path(env["ONBEAT_TEST_LEDGER"])
     log = tmp_path / "node.log"
@@ -193,7 +116,7 @@ def test_crash_recovery__kill_9_loses_no_run(
 def test_graceful_stop__sigterm_releases_unfinished_runs_for_an_immediate_restart(
     env: dict[str, str],
     tmp_path: Path,
-    start_node: Callable[[dict[str, str], Path], subprocess.Popen[bytes]],
+    start_node: StartNode,
 ) -> None:
     """SIGTERM: runs still going after the grace period are released, not left to their lease
     (60 s here), so the restarted node runs them at once."""
@@ -240,7 +163,7 @@ def shard_owners(database_url: str) -> Counter[str]:
 def test_rescue__kill_9_runs_restart_on_the_other_node_within_lease_ttl_plus_2s(
     env: dict[str, str],
     tmp_path: Path,
-    start_node: Callable[[dict[str, str], Path], subprocess.Popen[bytes]],
+    start_node: StartNode,
 ) -> None:
     """Two nodes on one file; one dies with runs in flight. The other reaps them once their lease
     expires, although the dead node's shard leases (15 s) still stand: no takeover is awaited."""

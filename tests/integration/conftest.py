@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from onbeat import App, TaskContext
+from onbeat.model import Execution
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.scheduler import Scheduler
 from onbeat.testing import FakeClock
@@ -43,8 +44,25 @@ class Node:
         await self.scheduler.dispatch()
         await self.worker.run_until_idle()
 
-    def new_worker(self) -> Worker:
-        return Worker(self.app.store, self.queue, self.app.registry, self.app.settings, self.clock)
+    async def dispatch(self) -> None:
+        """One scheduler pass that queues what is due, without running it."""
+        await self.scheduler.renew_shards()
+        await self.scheduler.dispatch()
+
+    def execution(self, job_id: str) -> Execution:
+        """The job's only execution."""
+        [execution] = self.app.list_executions(job_id)
+        return execution
+
+    def new_worker(self, store: Any = None, queue: Any = None) -> Worker:
+        """Another worker on this node's store and queue (or stand-ins for them)."""
+        return Worker(
+            store or self.app.store,
+            queue or self.queue,
+            self.app.registry,
+            self.app.settings,
+            self.clock,
+        )
 
 
 @pytest.fixture

@@ -97,7 +97,8 @@ def test_reap_statement__changes_a_run_only_while_its_lease_is_expired_under_tha
                 return [r["id"] for r in c.execute(sqlite_store.Q["execution_reap"], args)]
 
         assert apply(token - 1) == [], "a decision about an older attempt was applied"
-        store.execution_heartbeat("worker", 10)  # committed after the reaper read the lease
+        # committed after the reaper read the lease
+        store.execution_heartbeat("worker", {item.execution_id: token}, 10)
         assert apply(token) == []
         clock.advance(11)
         assert apply(token) == [item.execution_id]

@@ -7,6 +7,7 @@ import importlib
 import ipaddress
 import os
 import sys
+from typing import Literal
 
 import click
 
@@ -50,14 +51,29 @@ def load_app(spec: str, database_url: str | None) -> App:
     help="Serve a non-loopback address although no API key exists (anyone reaching it is admin).",
 )
 @click.option("--no-api", is_flag=True, help="Run scheduler and workers only.")
+@click.option(
+    "--pool",
+    type=click.Choice(["threads", "processes"]),
+    default=None,
+    help="Where sync tasks run (overrides ONBEAT_POOL; default threads). Hard timeouts and crash "
+    "isolation need processes: see docs/executors.md.",
+)
 def up(
-    app_spec: str, database_url: str | None, host: str, port: int, insecure: bool, no_api: bool
+    app_spec: str,
+    database_url: str | None,
+    host: str,
+    port: int,
+    insecure: bool,
+    no_api: bool,
+    pool: Literal["threads", "processes"] | None,
 ) -> None:
     """Run the embedded node: REST API, scheduler and workers in one process."""
     from onbeat.node import serve
 
     app = load_app(app_spec, database_url)
     app.store  # noqa: B018  (opened now: a store that cannot be opened is one line, not a traceback)
+    if pool is not None:
+        app.settings.pool = pool
     if not no_api and not _is_loopback(host) and not insecure and not app.auth_enabled():
         raise click.UsageError(
             f"refusing to serve {host}: no API key exists, so the API would be open to anyone. "

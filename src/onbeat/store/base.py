@@ -318,9 +318,13 @@ class Store(Protocol):
         stale are not started; executions not yet due by the store's clock are handed back."""
         ...
 
-    def execution_heartbeat(self, owner: str, lease_ttl: float) -> dict[str, int]:
-        """Extend every lease ``owner`` holds, in one statement; returns id -> fencing token of the
-        leases still held. A run missing from the answer was taken away (fenced)."""
+    def execution_heartbeat(
+        self, owner: str, held: Mapping[str, int], lease_ttl: float
+    ) -> dict[str, int]:
+        """Extend the leases of the runs ``owner`` is running (``held``: id -> fencing token), in
+        one statement; returns the pairs still held. A run missing from the answer was taken away
+        (fenced). Only the named pairs are extended: a run the worker claimed but is not running
+        (it lost track of it) keeps its lease deadline, so the reaper frees it."""
         ...
 
     def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:

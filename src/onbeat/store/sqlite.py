@@ -1054,11 +1054,14 @@ class SQLiteStore:
                         },
                     )
 
-    def execution_heartbeat(self, owner: str, lease_ttl: float) -> dict[str, int]:
+    def execution_heartbeat(
+        self, owner: str, held: Mapping[str, int], lease_ttl: float
+    ) -> dict[str, int]:
         lease_until = self._now_us() + int(lease_ttl * 1_000_000)
         with self._tx() as c:
             rows = c.execute(
-                Q["execution_heartbeat"], {"owner": owner, "lease_expires_at": lease_until}
+                Q["execution_heartbeat"],
+                {"owner": owner, "held": json.dumps(dict(held)), "lease_expires_at": lease_until},
             )
             return {r["id"]: r["fencing_token"] for r in rows}
 

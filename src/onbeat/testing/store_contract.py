@@ -197,6 +197,11 @@ def _start(store: Store, new: NewJob | None = None, owner: str = WORKER) -> Clai
     return _claim(store, run.id, owner)
 
 
+def _held(*runs: ClaimedRun) -> dict[str, int]:
+    """What a worker running ``runs`` heartbeats: id -> fencing token."""
+    return {run.execution.id: run.execution.fencing_token for run in runs}
+
+
 def _ok(run: ClaimedRun, result: Any = None) -> Completion:
     return Completion(run.execution.id, run.execution.fencing_token, succeeded=True, result=result)
 
@@ -730,7 +735,7 @@ class StoreContract:
         result = store.execution_claim([*ids, "no-such-execution"], WORKER, RUN_TTL, GRACE)
         assert _ids(result.started) == set(ids)
         tokens = {r.execution.id: r.execution.fencing_token for r in result.started}
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == tokens
+        assert store.execution_heartbeat(WORKER, tokens, RUN_TTL) == tokens
 
     def test_execution_claim__running_run_is_not_started_again(
         self, store: Store, clock: FakeClock
@@ -858,31 +863,8 @@ class StoreContract:
         assert _attempt_of(old, first.execution.fencing_token) is AttemptOutcome.CANCELLED
         assert store.execution_finish_many([_ok(first)]) == []
         assert _get(store, first.execution.id).status is ExecutionStatus.CANCELLED
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == {}
+        assert store.execution_heartbeat(WORKER, _held(first), RUN_TTL) == {}
         assert _get(store, second.id).status is ExecutionStatus.RUNNING
-
-    # -- execution_heartbeat -------------------------------------------------------------------
-
-    def test_execution_heartbeat__extends_every_lease_of_owner(
-        self, store: Store, clock: FakeClock
-    ) -> None:
-        r1 = _start(store)
-        r2 = _start(store)
-        other = _start(store, owner=OTHER_WORKER)
-        clock.advance(5)
-        held = store.execution_heartbeat(WORKER, 20.0)
-        assert held == {
-            r1.execution.id: r1.execution.fencing_token,
-            r2.execution.id: r2.execution.fencing_token,
-        }
-        for run in (r1, r2):
-            assert _get(store, run.execution.id).lease_expires_at == _at(clock, 20.0)
-        assert _get(store, other.execution.id).lease_expires_at == other.execution.lease_expires_at
-        assert store.execution_finish_many([_ok(r1)]) == [r1.execution.id]
-        assert store.execution_heartbeat(WORKER, 20.0) == {
-            r2.execution.id: r2.execution.fencing_token
-        }
-        assert store.execution_heartbeat("worker-nobody", 20.0) == {}
 
     # -- execution_finish_many -----------------------------------------------------------------
 
@@ -897,7 +879,7 @@ class StoreContract:
         [attempt] = done.attempts
         assert attempt.outcome is AttemptOutcome.SUCCEEDED
         assert attempt.finished_at == clock.now()
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == {}
+        assert store.execution_heartbeat(WORKER, _held(run), RUN_TTL) == {}
 
     def test_execution_finish_many__failure_with_retry_in_is_retried(
         self, store: Store, clock: FakeClock
@@ -1028,7 +1010,7 @@ class StoreContract:
         assert reaped.lease_owner is None
         assert _attempt_of(reaped, run.execution.fencing_token) is AttemptOutcome.LOST
         assert _get(store, run.execution.id) == reaped
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == {}
+        assert store.execution_heartbeat(WORKER, _held(run), RUN_TTL) == {}
         assert store.execution_finish_many([_ok(run)]) == []
         assert _reap(store) == []
         clock.advance(FAST_RETRY.backoff_cap + 1)
@@ -1054,9 +1036,7 @@ class StoreContract:
         run = _start(store)
         for _ in range(3):
             clock.advance(RUN_TTL * 0.8)
-            assert store.execution_heartbeat(WORKER, RUN_TTL) == {
-                run.execution.id: run.execution.fencing_token
-            }
+            assert store.execution_heartbeat(WORKER, _held(run), RUN_TTL) == _held(run)
         assert _reap(store) == []
         assert _get(store, run.execution.id).status is ExecutionStatus.RUNNING
         clock.advance(RUN_TTL + 1)
@@ -1072,7 +1052,7 @@ class StoreContract:
         running = _start(store)
         assert _get(store, lost.id).status is ExecutionStatus.QUEUED
         clock.advance(120)
-        store.execution_heartbeat(WORKER, RUN_TTL)
+        store.execution_heartbeat(WORKER, _held(running), RUN_TTL)
         upcoming = _only_run(store, store.job_create(_once(_at(clock, 5))).job.id)
         assert _ids(_dispatch(store)) == {upcoming.id}
         leases = _leases(store)
@@ -1102,9 +1082,7 @@ class StoreContract:
         assert released.due_at == clock.now()
         assert released.lease_owner is None
         assert _attempt_of(released, run.execution.fencing_token) is AttemptOutcome.RELEASED
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == {
-            other.execution.id: other.execution.fencing_token
-        }
+        assert store.execution_heartbeat(WORKER, _held(run, other), RUN_TTL) == _held(other)
         assert store.execution_finish_many([_ok(run)]) == []
         assert run.execution.id in _ids(_dispatch(store))
         again = _claim(store, run.execution.id, OTHER_WORKER)
@@ -1131,9 +1109,7 @@ class StoreContract:
     def test_job_pause__running_run_finishes(self, store: Store, clock: FakeClock) -> None:
         run = _start(store)
         store.job_pause(run.execution.job_id)
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == {
-            run.execution.id: run.execution.fencing_token
-        }
+        assert store.execution_heartbeat(WORKER, _held(run), RUN_TTL) == _held(run)
         assert store.execution_finish_many([_ok(run)]) == [run.execution.id]
         assert _get(store, run.execution.id).status is ExecutionStatus.SUCCEEDED
 
@@ -1227,10 +1203,7 @@ class StoreContract:
         failing = _start(store)
         store.job_cancel(ok.execution.job_id)
         store.job_cancel(failing.execution.job_id)
-        assert set(store.execution_heartbeat(WORKER, RUN_TTL)) == {
-            ok.execution.id,
-            failing.execution.id,
-        }
+        assert store.execution_heartbeat(WORKER, _held(ok, failing), RUN_TTL) == _held(ok, failing)
         accepted = store.execution_finish_many([_ok(ok), _failed(failing, retry_in=1.0)])
         assert sorted(accepted) == sorted([ok.execution.id, failing.execution.id])
         assert _get(store, ok.execution.id).status is ExecutionStatus.SUCCEEDED
@@ -1449,7 +1422,7 @@ class StoreContract:
     ) -> None:
         run = _start(store, _new(misfire=MisfirePolicy.SKIP))
         clock.advance(GRACE * 2)
-        store.execution_heartbeat(WORKER, RUN_TTL)
+        store.execution_heartbeat(WORKER, _held(run), RUN_TTL)
         store.execution_release(WORKER, {run.execution.id: run.execution.fencing_token})
         assert _ids(_dispatch(store)) == {run.execution.id}
 
@@ -1469,7 +1442,7 @@ class StoreContract:
         assert store.execution_claim([second.id], OTHER_WORKER, RUN_TTL, GRACE).started == []
         for _ in range(int(GRACE * 2 / 5)):  # the predecessor runs on for two more minutes
             clock.advance(5)
-            store.execution_heartbeat(WORKER, RUN_TTL)
+            store.execution_heartbeat(WORKER, _held(first), RUN_TTL)
             waiting = [i.execution_id for i in _dispatch(store)]
             assert store.execution_claim(waiting, OTHER_WORKER, RUN_TTL, GRACE).started == []
         assert store.execution_finish_many([_ok(first)]) == [first.execution.id]
@@ -1574,8 +1547,10 @@ class StoreFencingMachine(RuleBasedStateMachine):
             for eid, e in self._all().items()
             if e.status is ExecutionStatus.RUNNING and e.lease_owner == worker
         }
-        held = self.store.execution_heartbeat(worker, RUN_TTL)
+        belief = self.held[worker]
+        held = self.store.execution_heartbeat(worker, dict(belief), RUN_TTL)
         assert set(held) <= set(mine), "heartbeat answered for a run the worker does not hold"
+        assert held.items() <= belief.items(), "heartbeat answered a pair it was not sent"
         for eid, e in mine.items():
             assert e.lease_expires_at is not None
             if e.lease_expires_at > now:

@@ -93,7 +93,8 @@ class RecoveryContract:
         run = _start(store, _new(retry=FAST_RETRY))
         clock.advance(RUN_TTL + 1)  # expired, but its worker renews before anyone reaps it
         token = run.execution.fencing_token
-        assert store.execution_heartbeat(WORKER, RUN_TTL) == {run.execution.id: token}
+        held = {run.execution.id: token}
+        assert store.execution_heartbeat(WORKER, held, RUN_TTL) == held
         assert store.execution_reap(100) == []
         assert _get(store, run.execution.id).status is ExecutionStatus.RUNNING
         assert store.execution_finish_many([_ok(run)]) == [run.execution.id]

@@ -4,30 +4,47 @@ A run is started only after the store flips it from queued to running with a lea
 fencing token; every later write names that token, so a worker that lost its lease (stalled,
 partitioned) cannot overwrite the outcome of the run's next attempt. Outcomes and heartbeats are
 batched: one store call per batch, not per run.
+
+Task code cannot stop, starve or strand the worker: it runs in an executor (``executors.py``)
+that turns whatever it raises into a failed attempt; the heartbeat renews leases from its own
+thread (``heartbeat.py``), so a task blocking the event loop does not get healthy runs rescued;
+and every run the store started is tracked (heartbeated, then finished or released) from the
+moment the claim returns, even when the worker is stopping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import importlib
 import json
 import logging
-from collections.abc import Awaitable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import math
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from onbeat.clock import Clock
-from onbeat.errors import TaskNotFoundError
+from onbeat.errors import TaskAborted, TaskNotFoundError, TaskTimeout
 from onbeat.queue.base import DelayQueue
 from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
 from onbeat.settings import Settings
-from onbeat.store.base import ClaimedRun, Completion, Store
+from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
 from onbeat.task import TaskContext, TaskRegistry
+from onbeat.validation import MAX_PARAMS_BYTES
+from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
+from onbeat.worker.heartbeat import Heartbeat, HeldLeases
+from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
 log = logging.getLogger("onbeat.worker")
+
+MAX_RESULT_BYTES = MAX_PARAMS_BYTES
+"""A return value whose JSON is larger is stored as a truncated preview (see ``stored_result``)."""
+RESULT_PREVIEW_CHARS = 1024
+RESTART_BACKOFF = 1.0
+"""Seconds a worker loop that failed again within this long waits before its next restart."""
 
 
 @dataclass
@@ -36,8 +53,28 @@ class WorkerStats:
     succeeded: int = 0
     failed: int = 0
     fenced: int = 0
-    """Outcomes the store refused because the run's lease had been taken away."""
+    """Runs stopped, or outcomes refused, because the run's lease had been taken away."""
     released: int = 0
+    threads_abandoned: int = 0
+    """Sync runs that timed out or were cancelled while their thread ran on (it cannot be stopped)."""
+    loop_restarts: int = 0
+    """Times a background loop of the worker failed and was restarted."""
+    loop_stalls: int = 0
+    """Times the event loop did not answer for ``loop_stall_warning`` seconds (see watchdog.py)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A run this worker holds the lease of, from its claim until its outcome is written."""
+
+    run: ClaimedRun
+    task: asyncio.Task[None] | None = None
+    """The asyncio task running it; None if it was claimed while the worker was stopping (it is
+    released, never started)."""
+
+    @property
+    def token(self) -> int:
+        return self.run.execution.fencing_token
 
 
 class Worker:
@@ -57,19 +94,57 @@ class Worker:
         self.clock = clock
         self.owner = owner or process_name("worker")
         self.stats = WorkerStats()
-        self._inflight: dict[str, tuple[int, asyncio.Task[None]]] = {}
-        """execution id -> (fencing token, the asyncio task running it), until its outcome is written."""
+        self._held: dict[str, _Held] = {}
+        """execution id -> the run, until its outcome is written. Changed on the event loop only,
+        under ``_held_lock``, which the heartbeat thread takes to snapshot it."""
+        self._held_lock = threading.Lock()
         self._executing = 0
         """Tasks still running: what concurrency bounds. A finished run waiting for its outcome
         to be written holds no slot, so claiming overlaps with writing outcomes."""
         self._finished: list[Completion] = []
         self._finished_ready = asyncio.Event()
         self._slot_free = asyncio.Event()
-        self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="onbeat-task")
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._async_executor = AsyncExecutor(clock)
+        self._sync_executor = self._pool(settings, clock)
+        self._heartbeat = Heartbeat(
+            store,
+            self.owner,
+            settings.lease_ttl,
+            settings.heartbeat_interval,
+            clock,
+            held=self._held_leases,
+            on_lost=self._leases_lost,
+        )
+        self._watchdog = LoopWatchdog(
+            settings.loop_stall_warning, self._describe_run, self._count_stall
+        )
+
+    def _pool(self, settings: Settings, clock: Clock) -> Executor:
+        """The executor of sync tasks: ``settings.pool``."""
+        if settings.pool == "processes":
+            # Imported only when chosen: child processes cost nothing unless asked for.
+            processes = importlib.import_module("onbeat.worker.processes")
+            executor: Executor = processes.ProcessExecutor(settings.concurrency, clock)
+            return executor
+        return ThreadExecutor(clock, on_abandon=self._count_abandoned)
+
+    def _count_abandoned(self) -> None:
+        self.stats.threads_abandoned += 1
+
+    def _count_stall(self) -> None:
+        self.stats.loop_stalls += 1
+
+    def _describe_run(self, execution_id: str) -> str:
+        """For the watchdog's log; called from its thread."""
+        with self._held_lock:
+            held = self._held.get(execution_id)
+        return f"run {execution_id} (task {held.run.task if held else 'unknown'})"
 
     @property
     def inflight(self) -> int:
-        return len(self._inflight)
+        return len(self._held)
 
     # --- claiming ---------------------------------------------------------------------------
     async def claim_once(self) -> int:
@@ -80,49 +155,86 @@ class Worker:
         ids = await self.queue.claim_due(min(free, self.settings.claim_batch))
         if not ids:
             return 0
-        try:
-            claim = await asyncio.to_thread(
+        claiming = asyncio.ensure_future(
+            asyncio.to_thread(
                 self.store.execution_claim,
                 ids,
                 self.owner,
                 self.settings.lease_ttl,
                 self.settings.misfire_grace,
             )
+        )
+        try:
+            claim = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            await self._hold_unstarted(claiming)
+            raise
         except Exception:
             log.exception("claim failed; the sweep will re-enqueue these runs")
             return 0
+        self._start(claim.started)  # before any other await: every started run is tracked
         if claim.not_due:
-            await self.queue.enqueue(claim.not_due)
-        for run in claim.started:
-            for victim in run.replaced:
-                self._cancel_local(victim, "replaced by a newer run (overlap=replace)")
-            token = run.execution.fencing_token
-            task = asyncio.create_task(self._run(run), name=f"onbeat-run-{run.execution.id}")
-            self._executing += 1
-            task.add_done_callback(self._run_done)
-            self._inflight[run.execution.id] = (token, task)
-        self.stats.started += len(claim.started)
+            try:
+                await self.queue.enqueue(claim.not_due)
+            except Exception:
+                log.exception(
+                    "handing %d runs not yet due back to the queue failed; the sweep will",
+                    len(claim.not_due),
+                )
         return len(claim.started)
 
+    def _start(self, runs: Sequence[ClaimedRun]) -> None:
+        started = []
+        for run in runs:
+            for victim in run.replaced:
+                self._cancel_local(victim, "replaced by a newer run (overlap=replace)")
+            if run.execution.id in self._held:  # lost its lease, then claimed again by us
+                self._cancel_local(run.execution.id, "claimed again with a newer fencing token")
+            held = _Held(run)
+            held.task = asyncio.create_task(
+                self._run(held), name=f"{RUN_TASK_PREFIX}{run.execution.id}"
+            )
+            held.task.add_done_callback(self._run_done)
+            self._executing += 1
+            started.append(held)
+        with self._held_lock:
+            self._held.update((held.run.execution.id, held) for held in started)
+        self.stats.started += len(started)
+
+    async def _hold_unstarted(self, claiming: asyncio.Future[ClaimResult]) -> None:
+        """The worker is stopping in the middle of a claim, which commits all the same: hold what
+        it started, without starting it, so that shutdown releases it."""
+        while not claiming.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([claiming])
+        if claiming.cancelled() or claiming.exception() is not None:
+            return
+        with self._held_lock:
+            for run in claiming.result().started:
+                self._held[run.execution.id] = _Held(run)
+
     def _cancel_local(self, execution_id: str, why: str) -> None:
-        entry = self._inflight.pop(execution_id, None)
-        if entry is not None:
-            log.warning("execution %s: stopping local run, %s", execution_id, why)
-            self.stats.fenced += 1
-            entry[1].cancel()
+        """Stop the local run of an execution whose lease this worker no longer holds. A run
+        that already finished is only forgotten: writing its outcome tells whether it counts."""
+        with self._held_lock:
+            held = self._held.pop(execution_id, None)
+        if held is None or held.task is None or held.task.done():
+            return
+        log.warning("execution %s: stopping local run, %s", execution_id, why)
+        self.stats.fenced += 1
+        held.task.cancel()
 
     def _run_done(self, _: asyncio.Task[None]) -> None:
         self._executing -= 1
         self._slot_free.set()
 
     # --- running ----------------------------------------------------------------------------
-    async def _run(self, run: ClaimedRun) -> None:
-        ex = run.execution
+    async def _run(self, held: _Held) -> None:
         try:
-            completion = await self._execute(run)
+            completion = await self._execute(held.run)
         except asyncio.CancelledError:
             return  # fenced, replaced, or the worker is stopping (it releases the lease itself)
-        if self._inflight.get(ex.id, (None,))[0] != ex.fencing_token:
+        if self._held.get(held.run.execution.id) is not held:
             return  # fenced while running: the result is stale and must not be written
         self._finished.append(completion)
         self._finished_ready.set()
@@ -140,22 +252,23 @@ class Worker:
         timed_out = False
         try:
             task = self.registry.get(run.task)
-            if task.is_async:
-                work = task.fn(ctx, **run.params)
-            else:
-                loop = asyncio.get_running_loop()
-                work = loop.run_in_executor(
-                    self._threads, functools.partial(task.fn, ctx, **run.params)
-                )
-            result = await self._within(work, run.timeout)
-            return Completion(ex.id, ex.fencing_token, succeeded=True, result=_jsonable(result))
-        except TimeoutError:
+            executor = self._async_executor if task.is_async else self._sync_executor
+            result = await executor.run(task, ctx, run.params, run.timeout)
+            return Completion(ex.id, ex.fencing_token, succeeded=True, result=stored_result(result))
+        except TaskTimeout:
             timed_out = True
             error = f"timed out after {run.timeout}s"
         except TaskNotFoundError as exc:
             error = f"{exc} in this worker"
+        except TaskAborted as exc:
+            error = str(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # SystemExit & co. from task code run in this task
+            current = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and current and current.cancelling():
+                raise
+            error = str(TaskAborted(exc))
         retry_in = (
             backoff_delay(run.retry, ex.attempt) if ex.attempt < run.retry.max_attempts else None
         )
@@ -168,39 +281,26 @@ class Worker:
             retry_in=retry_in,
         )
 
-    async def _within(self, work: Awaitable[Any], timeout: float | None) -> Any:
-        """Await ``work``, raising TimeoutError after ``timeout`` seconds of this worker's clock."""
-        if timeout is None:
-            return await work
-        run = asyncio.ensure_future(work)
-        timer = asyncio.ensure_future(self.clock.sleep(timeout))
-        try:
-            done, _ = await asyncio.wait([run, timer], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            if not run.done():
-                run.cancel()
-        if run not in done:
-            raise TimeoutError
-        return run.result()
-
-    async def flush(self) -> None:
-        """Write the outcomes gathered so far, in one store call."""
+    async def flush(self) -> bool:
+        """Write the outcomes gathered so far, in one store call. False if the write failed: the
+        outcomes are kept for the next flush, and their runs stay held (heartbeated)."""
         batch, self._finished = self._finished, []
         self._finished_ready.clear()
         if not batch:
-            return
+            return True
         try:
             accepted = set(await asyncio.to_thread(self.store.execution_finish_many, batch))
         except Exception:
             log.exception("recording %d outcomes failed; retrying", len(batch))
             self._finished = batch + self._finished
             self._finished_ready.set()
-            await self.clock.sleep(0.5)
-            return
+            return False
+        with self._held_lock:  # written (or refused): no longer held, so no longer heartbeated
+            for done in batch:
+                held = self._held.get(done.execution_id)
+                if held is not None and held.token == done.fencing_token:
+                    del self._held[done.execution_id]
         for done in batch:
-            if self._inflight.get(done.execution_id, (None,))[0] == done.fencing_token:
-                del self._inflight[done.execution_id]
             if done.execution_id not in accepted:
                 self.stats.fenced += 1
                 log.warning(
@@ -212,99 +312,130 @@ class Worker:
                 self.stats.succeeded += 1
             else:
                 self.stats.failed += 1
+        return True
+
+    # --- leases -----------------------------------------------------------------------------
+    def _held_leases(self) -> HeldLeases:
+        """What the heartbeat renews; called from its thread."""
+        with self._held_lock:
+            return {eid: held.token for eid, held in self._held.items()}
+
+    def _leases_lost(self, lost: HeldLeases) -> None:
+        """Stop the runs whose lease the heartbeat found gone (on the event loop)."""
+        for eid, token in lost.items():
+            held = self._held.get(eid)
+            if held is not None and held.token == token:
+                self._cancel_local(eid, "its lease was taken away (fenced)")
 
     async def heartbeat(self) -> None:
-        """Extend every lease of this worker in one statement; stop runs whose lease was lost."""
-        held = await asyncio.to_thread(
-            self.store.execution_heartbeat, self.owner, self.settings.lease_ttl
-        )
-        finishing = {c.execution_id for c in self._finished}
-        for execution_id, (token, _) in list(self._inflight.items()):
-            if held.get(execution_id) != token and execution_id not in finishing:
-                self._cancel_local(execution_id, "its lease was taken away (fenced)")
+        """Renew the leases of the runs this worker holds now, in one store call, and stop the
+        runs whose lease was lost. The heartbeat thread does this every heartbeat_interval."""
+        self._leases_lost(await asyncio.to_thread(self._heartbeat.beat))
 
+    # --- loops ------------------------------------------------------------------------------
     async def run_until_idle(self) -> None:
         """Burst mode: run everything due now (and the retries that become due meanwhile
         without the clock moving), then return. For tests and one-off drains."""
         while True:
             started = await self.claim_once()
-            running = [task for _, task in self._inflight.values()]
-            if not started and not running:
-                return
+            running = [h.task for h in self._held.values() if h.task and not h.task.done()]
             if running:
                 await asyncio.wait(running)
             await self.flush()
+            if not started and not running:
+                return
 
-    # --- loops ------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run until ``stop`` is set, then drain (see ``shutdown``)."""
-        loops = [
-            asyncio.create_task(self._claim_loop(stop)),
-            asyncio.create_task(self._flush_loop(stop)),
-            asyncio.create_task(self._heartbeat_loop(stop)),
+        self._stopping.clear()
+        self._heartbeat.start(asyncio.get_running_loop())
+        self._watchdog.start(asyncio.get_running_loop())
+        self._loops = [
+            asyncio.create_task(self._supervised("claim", self._claim_loop), name="onbeat-claim"),
+            asyncio.create_task(self._supervised("flush", self._flush_loop), name="onbeat-flush"),
         ]
         try:
             await stop.wait()
         finally:
-            await self.shutdown(loops)
+            await self.shutdown()
 
-    async def _claim_loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+    async def _supervised(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run one of the worker's loops until the worker stops. If it fails it is logged and
+        restarted (at once; after RESTART_BACKOFF if it failed within that long before), so the
+        worker is never left heartbeating with a dead loop."""
+        last_failure = -math.inf
+        while not self._stopping.is_set():
             try:
-                started = await self.claim_once()
+                await loop()
             except Exception:
-                log.exception("claim loop error")
-                started = 0
-            if started:
+                self.stats.loop_restarts += 1
+                log.exception("worker %s loop failed; restarting it", name)
+                now = self.clock.monotonic()
+                if now - last_failure < RESTART_BACKOFF:
+                    await sleep_or_wake(self.clock, RESTART_BACKOFF, self._stopping)
+                last_failure = now
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            if await self.claim_once():
                 continue
             if self._executing >= self.settings.concurrency:
                 self._slot_free.clear()
-                await sleep_or_wake(self.clock, 1.0, self._slot_free, stop)
+                await sleep_or_wake(self.clock, 1.0, self._slot_free, self._stopping)
             else:
                 await self.queue.wait(self.settings.poll_interval)
 
-    async def _flush_loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await sleep_or_wake(self.clock, 1.0, self._finished_ready, stop)
+    async def _flush_loop(self) -> None:
+        while not self._stopping.is_set():
+            await sleep_or_wake(self.clock, 1.0, self._finished_ready, self._stopping)
             await asyncio.sleep(0.002)  # let outcomes finishing together share one write
-            await self.flush()
+            if not await self.flush():
+                await sleep_or_wake(self.clock, 0.5, self._stopping)  # the store is failing
 
-    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await sleep_or_wake(self.clock, self.settings.heartbeat_interval, stop)
-            try:
-                await self.heartbeat()
-            except Exception:
-                log.exception("heartbeat failed; leases run out after %ss", self.settings.lease_ttl)
-
-    async def shutdown(self, loops: Sequence[asyncio.Task[Any]] = ()) -> None:
-        """Stop claiming; give in-flight runs ``shutdown_grace`` seconds, then release the rest
-        so they run again at once elsewhere instead of waiting for their leases to expire."""
-        for loop_task in loops:
-            loop_task.cancel()
-        running = [task for _, task in self._inflight.values()]
+    async def shutdown(self) -> None:
+        """Stop claiming (a claim in progress completes and what it started is held, unstarted);
+        give in-flight runs ``shutdown_grace`` seconds, write their outcomes, then release the
+        rest so they run again at once elsewhere instead of waiting for their leases to expire."""
+        self._stopping.set()
+        for loop_task in self._loops:
+            if loop_task.get_name() == "onbeat-claim":  # may be parked in queue.wait()
+                loop_task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops = []
+        running = [h.task for h in self._held.values() if h.task and not h.task.done()]
         if running:
             log.info("waiting up to %ss for %d runs", self.settings.shutdown_grace, len(running))
             await asyncio.wait(running, timeout=self.settings.shutdown_grace)
         await self.flush()
-        leftover = {eid: token for eid, (token, _) in self._inflight.items()}
-        for _, task in self._inflight.values():
-            task.cancel()
+        with self._held_lock:
+            leftover, self._held = self._held, {}
+        for held in leftover.values():
+            if held.task is not None:
+                held.task.cancel()
         if leftover:
             self.stats.released += await asyncio.to_thread(
-                self.store.execution_release, self.owner, leftover
+                self.store.execution_release,
+                self.owner,
+                {eid: held.token for eid, held in leftover.items()},
             )
             log.info("released %d unfinished runs", len(leftover))
-        self._inflight.clear()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*loops, return_exceptions=True)
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self._heartbeat.stop)
+        self._watchdog.stop()
+        await self._async_executor.close()
+        await self._sync_executor.close()
 
 
-def _jsonable(value: Any) -> Any:
-    """A task's return value as stored: itself if JSON can hold it, else its repr."""
+def stored_result(value: Any) -> Any:
+    """A task's return value as stored: itself if JSON can hold it, else its repr; and if that
+    is larger than ``MAX_RESULT_BYTES`` of JSON, ``{"truncated": true, "bytes": <its JSON size>,
+    "preview": <its first RESULT_PREVIEW_CHARS characters>}`` instead, so one task cannot bloat
+    every read of its executions."""
     try:
-        json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)
-    return value
+        value = repr(value)
+        text = json.dumps(value)
+    if len(text) <= MAX_RESULT_BYTES:  # json.dumps escapes to ASCII: characters are bytes
+        return value
+    preview = value if isinstance(value, str) else text
+    return {"truncated": True, "bytes": len(text), "preview": preview[:RESULT_PREVIEW_CHARS]}

@@ -230,8 +230,12 @@ WHERE id = :id AND status = 'running'
 RETURNING id, fencing_token - 1 AS fencing_token;
 
 -- name: execution_heartbeat
+-- Only the (id, fencing token) pairs the worker runs: a run it claimed but lost track of is not
+-- kept alive, so the reaper frees it. :held is a JSON object {id: token}. The unary + keeps the
+-- planner on the primary key (one lookup per pair) rather than scanning the owner's leases.
 UPDATE executions SET lease_expires_at = :lease_expires_at
-WHERE lease_owner = :owner AND status = 'running'
+WHERE (id, fencing_token) IN (SELECT key, value FROM json_each(:held))
+  AND +lease_owner = :owner AND status = 'running'
 RETURNING id, fencing_token;
 
 -- name: execution_current_tokens

@@ -1,0 +1,98 @@
+"""The event-loop watchdog: notices when the loop stops answering and names what holds it.
+
+An ``async def`` task that blocks the loop (``time.sleep``, a CPU loop, a sync HTTP client) stalls
+every other async run, the claim loop and the API of the process. The heartbeat has its own
+thread, so leases survive it; but the culprit should be found. This thread pings the loop several
+times per threshold; when a ping goes unanswered longer than the threshold, it logs a warning
+naming the asyncio task running at that moment (a run's task is named ``onbeat-run-<execution
+id>``), keeps noting who holds the loop until it answers, then logs how long the stall lasted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("onbeat.worker")
+
+RUN_TASK_PREFIX = "onbeat-run-"
+
+
+class LoopWatchdog:
+    """``describe_run(execution_id)`` says what a run is (called from the watchdog thread);
+    ``on_stall()`` is called once per stall, from the watchdog thread."""
+
+    def __init__(
+        self,
+        threshold: float,
+        describe_run: Callable[[str], str],
+        on_stall: Callable[[], None],
+    ) -> None:
+        self._threshold = threshold
+        self._describe_run = describe_run
+        self._on_stall = on_stall
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="onbeat-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to stop; it is a daemon, nothing waits for it."""
+        self._stopping.set()
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        tick = self._threshold / 4
+        while not self._stopping.wait(tick):
+            answered = threading.Event()
+            sent = time.monotonic()
+            try:
+                self._loop.call_soon_threadsafe(answered.set)
+            except RuntimeError:  # the loop is closed
+                return
+            if answered.wait(self._threshold):
+                continue
+            try:
+                self._stalled(answered, sent)
+            except Exception:
+                log.exception("event-loop watchdog failed; it goes on watching")
+
+    def _stalled(self, answered: threading.Event, sent: float) -> None:
+        holders = [self._holder()]
+        log.warning(
+            "event loop blocked for over %.1fs by %s: async tasks must not block "
+            "(await, or make the task sync so it runs in the pool)",
+            self._threshold,
+            holders[0],
+        )
+        self._on_stall()
+        while not answered.wait(self._threshold / 4):
+            if self._stopping.is_set():
+                return
+            holder = self._holder()
+            if holder not in holders:
+                holders.append(holder)
+        log.warning(
+            "event loop answered again after %.1fs; blocked by %s",
+            time.monotonic() - sent,
+            ", then ".join(holders),
+        )
+
+    def _holder(self) -> str:
+        """What the loop is running now (read from this thread: the loop is stuck in it)."""
+        assert self._loop is not None
+        task = asyncio.current_task(self._loop)
+        if task is None:
+            return "a callback outside any asyncio task"
+        name = task.get_name()
+        if name.startswith(RUN_TASK_PREFIX):
+            return self._describe_run(name.removeprefix(RUN_TASK_PREFIX))
+        return f"asyncio task {name!r}"

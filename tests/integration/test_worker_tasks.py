@@ -1,0 +1,194 @@
+"""What task code can do to the worker: raise anything, hang past its timeout, return too much.
+None of it may stop, starve or bloat the node."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from onbeat import AttemptOutcome, ExecutionStatus, TaskContext
+from onbeat.worker.worker import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
+from tests.integration.conftest import Node
+
+ABORTS: list[Callable[[], BaseException]] = [
+    lambda: SystemExit(3),
+    lambda: KeyboardInterrupt(),
+    lambda: GeneratorExit(),
+    lambda: asyncio.CancelledError("task code's own"),
+]
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+@pytest.mark.parametrize(
+    "abort", ABORTS, ids=["SystemExit", "KeyboardInterrupt", "GeneratorExit", "CancelledError"]
+)
+async def test_worker__task_raising_a_base_exception_is_a_failed_attempt(
+    node: Node, abort: Callable[[], BaseException], is_async: bool, timeout: float | None
+) -> None:
+    """SystemExit & co. from task code neither stop the node nor loop forever: each is a failed
+    attempt, and the last one dead-letters the run."""
+    if is_async:
+
+        async def raises(ctx: TaskContext) -> None:
+            raise abort()
+
+        node.app.task(name="abort")(raises)
+    else:
+
+        def raises_sync(ctx: TaskContext) -> None:
+            raise abort()
+
+        node.app.task(name="abort")(raises_sync)
+    job = node.app.schedule("abort", max_attempts=2, backoff=0, timeout=timeout)
+    await node.step()
+    await node.step()
+    execution = node.execution(job.id)
+    expected = type(abort()).__name__
+    assert execution.status is ExecutionStatus.FAILED
+    assert [a.outcome for a in execution.attempts] == [AttemptOutcome.FAILED] * 2
+    assert execution.last_error is not None
+    assert execution.last_error.startswith(expected)
+    assert "task code cannot stop the worker" in execution.last_error
+    [dead] = node.app.list_dead_letters()
+    assert dead.execution_id == execution.id
+
+
+@pytest.fixture
+def hang_release() -> Iterator[threading.Event]:
+    """Set at the end of the test, so hung task threads finish."""
+    release = threading.Event()
+    yield release
+    release.set()
+
+
+async def test_worker__sync_task_past_its_timeout_does_not_hold_a_thread_others_wait_for(
+    node: Node, hang_release: threading.Event
+) -> None:
+    """Two sync runs hang past their timeout with concurrency 2: both time out, their threads are
+    abandoned (counted), and the next run starts at once instead of waiting for a thread."""
+    node.app.settings.concurrency = 2
+    started = threading.Semaphore(0)
+
+    @node.app.task(name="hang", max_attempts=1, timeout=1)
+    def hang(ctx: TaskContext) -> None:
+        started.release()
+        hang_release.wait()
+
+    hung = [node.app.schedule("hang") for _ in range(2)]
+    await node.dispatch()
+    worker = node.new_worker()
+    assert await worker.claim_once() == 2
+    for _ in hung:
+        assert await asyncio.to_thread(started.acquire, True, 5)
+    await asyncio.wait_for(node.clock.until_sleeping(2), 5)  # both timeouts are ticking
+    node.clock.advance(1)
+    await asyncio.wait_for(worker.run_until_idle(), 5)
+    for job in hung:
+        execution = node.execution(job.id)
+        assert execution.status is ExecutionStatus.FAILED
+        assert [a.outcome for a in execution.attempts] == [AttemptOutcome.TIMED_OUT]
+
+    after = node.app.schedule("record", {"after": "timeouts"})
+    await node.scheduler.dispatch()
+    await asyncio.wait_for(worker.run_until_idle(), 5)
+    assert node.execution(after.id).status is ExecutionStatus.SUCCEEDED
+    assert worker.stats.threads_abandoned == 2
+    assert not hang_release.is_set()  # the hung threads were still running all along
+
+
+async def test_worker__sync_tasks_run_in_daemon_threads(node: Node) -> None:
+    """Process exit must never wait for task code (Ctrl-C with a hung sync task)."""
+    seen: list[tuple[str, bool]] = []
+
+    @node.app.task(name="where")
+    def where(ctx: TaskContext) -> None:
+        thread = threading.current_thread()
+        seen.append((thread.name, thread.daemon))
+
+    job = node.app.schedule("where")
+    await node.step()
+    execution = node.execution(job.id)
+    assert seen == [(f"onbeat-run-{execution.id}", True)]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "x" * (MAX_RESULT_BYTES + 1),
+        {"rows": list(range(MAX_RESULT_BYTES))},
+        {b"not json"} | {bytes(MAX_RESULT_BYTES)},
+    ],
+    ids=["string", "json", "repr"],
+)
+async def test_worker__oversized_return_value_is_stored_truncated(node: Node, value: Any) -> None:
+    @node.app.task(name="big")
+    def big(ctx: TaskContext) -> Any:
+        return value
+
+    job = node.app.schedule("big")
+    await node.step()
+    execution = node.execution(job.id)
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    result = execution.result
+    assert isinstance(result, dict)
+    assert result["truncated"] is True
+    assert result["bytes"] > MAX_RESULT_BYTES
+    assert len(result["preview"]) == RESULT_PREVIEW_CHARS
+    assert set(result) == {"truncated", "bytes", "preview"}
+
+
+async def test_worker__return_value_under_the_cap_is_stored_as_is(node: Node) -> None:
+    value = {"rows": ["y" * 100] * 100}
+
+    @node.app.task(name="fits")
+    def fits(ctx: TaskContext) -> Any:
+        return value
+
+    job = node.app.schedule("fits")
+    await node.step()
+    assert node.execution(job.id).result == value
+
+
+async def test_worker__watchdog_names_the_run_that_blocks_the_event_loop(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An async task that blocks the loop is named in a warning (and counted) while it blocks."""
+    node.app.settings.loop_stall_warning = 0.2
+    blocked, answered = threading.Event(), threading.Event()
+
+    class Signals(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith("event loop blocked"):
+                blocked.set()
+            elif message.startswith("event loop answered again"):
+                answered.set()
+
+    @node.app.task(name="hog")
+    async def hog(ctx: TaskContext) -> None:
+        blocked.wait(5)  # blocks the event loop until the watchdog has named this run
+
+    signals = Signals()
+    logging.getLogger("onbeat.worker").addHandler(signals)
+    worker = node.new_worker()
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        job = node.app.schedule("hog")
+        await node.dispatch()
+        assert await asyncio.to_thread(answered.wait, 5)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+        logging.getLogger("onbeat.worker").removeHandler(signals)
+    execution = node.execution(job.id)
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert f"event loop blocked for over 0.2s by run {execution.id} (task hog)" in caplog.text
+    assert f"blocked by run {execution.id} (task hog)" in caplog.text
+    assert worker.stats.loop_stalls == 1
