@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import time
 
 from onbeat import App, TaskContext
@@ -60,3 +61,14 @@ def hang(ctx: TaskContext) -> None:
     _record("start", ctx)
     while True:
         time.sleep(3600)
+
+
+@app.task(name="crash", max_attempts=2, backoff=0.1, backoff_max=0.2)
+def crash(ctx: TaskContext, how: str) -> None:
+    """Task code that kills the process running it."""
+    _record("start", ctx)
+    if how == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "exit":
+        os._exit(137)
+    raise SystemExit(3)

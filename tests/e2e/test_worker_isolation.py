@@ -5,7 +5,6 @@ grace period although a sync task never returns."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import signal
 import sqlite3
 import subprocess
@@ -21,13 +20,13 @@ from tests.e2e.conftest import StartNode, read_ledger, wait_until
 
 pytestmark = pytest.mark.slow
 
-POOLS = ["threads"] + (["processes"] if importlib.util.find_spec("onbeat.worker.processes") else [])
+POOLS = ["threads", "processes"]
 
 
 def _client(env: dict[str, str]) -> App:
     """Submits to the nodes' store from this process, as a separate script would."""
     client = App(env["ONBEAT_DATABASE_URL"])
-    for name in ("work", "work_sync", "block_loop", "hang"):
+    for name in ("work", "work_sync", "block_loop", "hang", "crash"):
         client.task(name=name)(lambda ctx, **params: None)
     return client
 
@@ -122,6 +121,45 @@ def test_pool__hung_sync_task_frees_its_slot_at_its_timeout(
     timed_out = client.list_executions(hung.id)[0]
     assert timed_out.status is ExecutionStatus.FAILED
     assert [a.outcome for a in timed_out.attempts] == [AttemptOutcome.TIMED_OUT]
+    _stop(node, log)
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        ("segfault", "worker process died: killed by SIGSEGV"),
+        ("exit", "worker process died: exit code 137"),
+        ("system_exit", "exit code 3"),
+    ],
+)
+def test_processes__a_task_that_kills_its_process_fails_its_run_not_the_node(
+    env: dict[str, str], tmp_path: Path, start_node: StartNode, how: str, error: str
+) -> None:
+    """A crash in a child process is a failed attempt: after max_attempts (2) crashes the run is
+    a dead letter with the cause, and the node goes on running other work."""
+    ledger = Path(env["ONBEAT_TEST_LEDGER"])
+    log = tmp_path / "node.log"
+    node = start_node(env, log, "--no-api", "--pool", "processes")
+    client = _client(env)
+    crashing = client.schedule("crash", {"how": how}, max_attempts=2, backoff=0.1, backoff_max=0.2)
+    healthy = client.schedule("work_sync")
+
+    def settled() -> bool:
+        return client.list_executions(crashing.id)[0].status.is_final
+
+    wait_until(settled, 20, "the crashing run to reach a final state")
+    run = client.list_executions(crashing.id)[0]
+    assert run.status is ExecutionStatus.FAILED
+    assert [a.outcome for a in run.attempts] == [AttemptOutcome.FAILED] * 2
+    assert error in (run.last_error or ""), run.last_error
+    assert [d.execution_id for d in client.list_dead_letters()] == [run.id]
+    wait_until(
+        lambda: client.list_executions(healthy.id)[0].status is ExecutionStatus.SUCCEEDED,
+        10,
+        "the healthy run",
+    )
+    assert node.poll() is None, "the node died"
+    assert len([e for e in read_ledger(ledger) if e["job_id"] == crashing.id]) == 2
     _stop(node, log)
 
 

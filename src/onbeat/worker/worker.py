@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
 import logging
 import math
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onbeat.clock import Clock
-from onbeat.errors import TaskAborted, TaskNotFoundError, TaskTimeout
+from onbeat.errors import TaskAborted, TaskCrashed, TaskNotFoundError, TaskTimeout
 from onbeat.queue.base import DelayQueue
 from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
@@ -36,6 +35,7 @@ from onbeat.task import TaskContext, TaskRegistry
 from onbeat.validation import MAX_PARAMS_BYTES
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
+from onbeat.worker.processes import ChildTaskError, ProcessExecutor
 from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
 log = logging.getLogger("onbeat.worker")
@@ -124,10 +124,7 @@ class Worker:
     def _pool(self, settings: Settings, clock: Clock) -> Executor:
         """The executor of sync tasks: ``settings.pool``."""
         if settings.pool == "processes":
-            # Imported only when chosen: child processes cost nothing unless asked for.
-            processes = importlib.import_module("onbeat.worker.processes")
-            executor: Executor = processes.ProcessExecutor(settings.concurrency, clock)
-            return executor
+            return ProcessExecutor(settings.concurrency, clock)  # children start on first use
         return ThreadExecutor(clock, on_abandon=self._count_abandoned)
 
     def _count_abandoned(self) -> None:
@@ -260,7 +257,7 @@ class Worker:
             error = f"timed out after {run.timeout}s"
         except TaskNotFoundError as exc:
             error = f"{exc} in this worker"
-        except TaskAborted as exc:
+        except (TaskAborted, TaskCrashed, ChildTaskError) as exc:  # they name what happened
             error = str(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
