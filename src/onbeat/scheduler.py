@@ -35,6 +35,9 @@ from onbeat.store.base import DispatchParams, ShardLeases, Store, SweepCursor
 
 log = logging.getLogger("onbeat.scheduler")
 
+MAX_ERROR_BACKOFF = 5.0
+"""Longest wait between two passes of a scheduler service while its passes keep failing."""
+
 REAP_BATCH = 1000
 """Most expired leases one reap transaction handles; a pass goes on until it finds fewer."""
 
@@ -242,19 +245,35 @@ class Scheduler:
         wake: asyncio.Event | None = None,
     ) -> None:
         """Run ``work`` every ``interval`` seconds, counted from the start of one pass to the start
-        of the next, and at once when ``wake`` is set, until ``stop`` is set."""
+        of the next, and at once when ``wake`` is set, until ``stop`` is set. While passes fail
+        (the store is unreachable or refuses writes), the next one waits longer, up to
+        ``MAX_ERROR_BACKOFF``, and the failure is logged with its traceback once, not every pass."""
         events = (stop,) if wake is None else (stop, wake)
+        failures = 0
         while not stop.is_set():
             started = self.clock.monotonic()
             if wake is not None:
                 wake.clear()  # a wake-up during the pass makes the next pass start at once
             try:
                 await work()
-            except Exception:
-                # The store or queue is unreachable: keep trying; nothing is lost, only delayed.
+            except Exception as exc:
+                # Nothing is lost, only delayed: keep trying.
                 self.stats.errors += 1
-                log.exception("scheduler %s pass failed; retrying", work.__name__)
-            await sleep_or_wake(self.clock, started + interval - self.clock.monotonic(), *events)
+                failures += 1
+                if failures == 1:
+                    log.exception("scheduler %s pass failed; retrying", work.__name__)
+                else:
+                    log.warning(
+                        "scheduler %s pass failed %d times: %s", work.__name__, failures, exc
+                    )
+            else:
+                if failures:
+                    log.info("scheduler %s pass works again", work.__name__)
+                failures = 0
+            pause = interval if not failures else min(interval * 2**failures, MAX_ERROR_BACKOFF)
+            await sleep_or_wake(
+                self.clock, started + max(pause, interval) - self.clock.monotonic(), *events
+            )
 
 
 async def sleep_or_wake(clock: Clock, seconds: float, *events: asyncio.Event) -> None:
