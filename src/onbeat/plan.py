@@ -221,6 +221,8 @@ PAUSED_AT_FIRE_TIME = "job was paused at its fire time"
 OVERLAP_QUEUE_RECHECK = 0.5
 """Seconds until a run waiting for a running predecessor is checked again, in case nothing wakes
 it: a store makes a job's waiting runs due at once when one of its runs finishes."""
+BACKLOG_LATENESS = 1.0
+"""Seconds late from which a run checks that no earlier fire time of its job is still pending."""
 WAITING = "waiting for "
 """How the reason of every run waiting for a predecessor starts (stores find them by it)."""
 
@@ -275,6 +277,7 @@ def plan_claim(
     newest_missed: Mapping[str, datetime],
     now: datetime,
     misfire_grace: float,
+    earlier_pending: Mapping[str, tuple[datetime, str]] | None = None,
 ) -> ClaimPlan:
     """Decide, for executions a worker asks to start, which start now; the one place where a run
     starts, so the misfire and overlap policies are applied here whatever path led to it.
@@ -288,9 +291,12 @@ def plan_claim(
       catch-up, an earlier run of the same batch): this run waits for it, whatever the policy
       (except ``allow``), so a backlog runs in fire-time order and the first catch-up does not get
       every later fire time skipped as "overlapping". A run started in this same batch counts
-      as started now.
+      as started now. A late run (due ``BACKLOG_LATENESS`` ago) also waits while ``earlier_pending``
+      (job id -> its earliest due pending fire time and run) names an earlier fire time of its job
+      that is not in this batch, whatever order the queue hands a backlog out in.
     """
     plan = ClaimPlan()
+    in_batch = {run.id for run in candidates}
     busy = {job_id: list(runs) for job_id, runs in running.items()}
     backlog: dict[str, str] = {}
     """job id -> a run of it waiting in this batch: its later fire times wait behind it."""
@@ -328,7 +334,11 @@ def plan_claim(
                 continue
             catchup = verdict.catchup
         others = busy.setdefault(run.job_id, [])
-        wait_reason, skip_reason = _overlap(run, others, backlog.get(run.job_id))
+        earlier = (earlier_pending or {}).get(run.job_id)
+        waiting = backlog.get(run.job_id)
+        if earlier and earlier[0] < run.scheduled_for and earlier[1] not in in_batch:
+            waiting = waiting or earlier[1]
+        wait_reason, skip_reason = _overlap(run, others, waiting)
         if skip_reason is not None:
             plan.end.append((run, ExecutionStatus.SKIPPED, skip_reason))
             continue

@@ -50,6 +50,7 @@ from onbeat.model import (
     Trigger,
 )
 from onbeat.plan import (
+    BACKLOG_LATENESS,
     PAUSED_AT_FIRE_TIME,
     WAITING,
     ClaimCandidate,
@@ -970,12 +971,22 @@ class SQLiteStore:
                     {"job_ids": json.dumps(late_jobs), "grace_line": grace_line},
                 )
             }
+            behind = to_us(now - timedelta(seconds=BACKLOG_LATENESS))
+            late = sorted({r["job_id"] for r in rows.values() if r["due_at"] < behind})
+            earlier_pending = {
+                r["job_id"]: (from_us(r["scheduled_for"]), r["id"])
+                for r in c.execute(
+                    Q["execution_earliest_due_of_jobs"],
+                    {"job_ids": json.dumps(late), "now": now_us},
+                )
+            }
             plan = plan_claim(
                 [_claim_candidate(r) for r in rows.values()],
                 running,
                 newest_missed,
                 now,
                 misfire_grace,
+                earlier_pending,
             )
             for status in (ExecutionStatus.CANCELLED, ExecutionStatus.SKIPPED):
                 group = [(rows[run.id], why) for run, st, why in plan.end if st is status]

@@ -298,6 +298,35 @@ class ScheduleChainContract:
             assert recorded.get(fire) is ExecutionStatus.SUCCEEDED, (fire, recorded)
         assert_chain_intact(store, job.id)
 
+    def test_execution_claim__a_backlog_waits_for_its_earlier_fire_times_in_any_claim_order(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """After a stall, the queue may hand out a later fire time first (e.g. a takeover sweep
+        re-enqueues the older ones after dispatch queued the newer): the later one waits."""
+        job = store.job_create(_cron("*/10 * * * * *")).job
+        clock.advance(35)  # 12:00:10, :20, :30 came due during a stall (within the grace)
+        first, second, third = sorted(_dispatch(store), key=lambda i: i.due_at)[:3]
+        assert store.execution_claim([third.execution_id], WORKER, RUN_TTL, GRACE).started == []
+        waiting = _get(store, third.execution_id)
+        assert waiting.status is ExecutionStatus.SCHEDULED
+        assert first.execution_id in (waiting.reason or "")
+        [started] = store.execution_claim(
+            [first.execution_id, second.execution_id], WORKER, RUN_TTL, GRACE
+        ).started
+        assert started.execution.id == first.execution_id
+        store.execution_finish_many(
+            [Completion(started.execution.id, started.execution.fencing_token, succeeded=True)]
+        )
+        sim = Simulated(store, clock)
+        sim.tick()
+        runs = sorted(
+            (r for r in _runs(store, job.id) if r.status is ExecutionStatus.SUCCEEDED),
+            key=lambda r: r.scheduled_for,
+        )
+        assert [r.id for r in runs[:3]] == [i.execution_id for i in (first, second, third)]
+        starts = [r.started_at for r in runs[:3]]
+        assert starts == sorted(starts)  # type: ignore[type-var]
+
     def test_execution_claim__overlap_skip_still_skips_a_run_due_while_one_runs(
         self, store: Store, clock: FakeClock
     ) -> None:

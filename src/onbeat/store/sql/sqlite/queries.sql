@@ -183,6 +183,14 @@ SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backo
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
+-- name: execution_earliest_due_of_jobs
+-- Per job, its earliest fire time with a pending run that is due: a later run of a backlog waits
+-- for it, so a backlog runs in fire-time order whatever order the queue hands its runs out in.
+SELECT job_id, id, min(scheduled_for) AS scheduled_for FROM executions
+WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('scheduled', 'queued')
+  AND due_at <= :now
+GROUP BY job_id;
+
 -- name: execution_running_of_jobs
 SELECT id, job_id, started_at FROM executions
 WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
