@@ -106,9 +106,10 @@ class Scheduler:
             self.stats.shards_taken += len(self.leases.acquired)
             log.info("%s took shards %s", self.owner, sorted(self.leases.acquired))
             # A shard's previous owner may have queued runs into a queue that has since lost them
-            # (an in-process queue dies with its process): the sweep checks all of them, now.
+            # (an in-process queue dies with its process): check all of them now, before this
+            # scheduler's own dispatch queues more (which the check would only read again).
             self._taken_over |= self.leases.acquired
-            self._sweep_wake.set()
+            await self._sweep_taken_over()
             self._wake.set()
 
     async def dispatch(self) -> int:
@@ -137,6 +138,17 @@ class Scheduler:
         most ``sweep_batch`` runs queued and overdue by ``sweep_overdue`` in the held shards, from
         where the previous pass stopped (wrapping around at the end), so that a backlog of any
         size costs each pass the same."""
+        total = await self._sweep_taken_over()
+        added, self._sweep_cursor = await self._sweep_page(
+            sorted(self.leases.epochs), self.settings.sweep_overdue, self._sweep_cursor
+        )
+        total += added
+        if total:
+            log.info("re-enqueued %d queued runs the delay queue did not hold", total)
+        return total
+
+    async def _sweep_taken_over(self) -> int:
+        """Every queued run of the shards just taken over, page by page (see ``sweep``)."""
         total = 0
         while self._taken_over:
             shards = sorted(self._taken_over)
@@ -147,12 +159,6 @@ class Scheduler:
                 if cursor is None:
                     break
             self._taken_over.difference_update(shards)
-        added, self._sweep_cursor = await self._sweep_page(
-            sorted(self.leases.epochs), self.settings.sweep_overdue, self._sweep_cursor
-        )
-        total += added
-        if total:
-            log.info("re-enqueued %d queued runs the delay queue did not hold", total)
         return total
 
     async def _sweep_page(

@@ -60,8 +60,8 @@ async def test_sweep__reads_a_bounded_page_per_pass_and_goes_on_where_it_stopped
 async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_ones(
     node: Node,
 ) -> None:
-    """A dead scheduler's queue is gone with it: its queued runs go to the new owner's queue at
-    once, not ``sweep_overdue`` after their time; page by page, each page still bounded."""
+    """A dead scheduler's queue is gone with it: its queued runs go to the new owner's queue as
+    it takes the shards, not ``sweep_overdue`` after their time; page by page, each bounded."""
     node.app.settings.sweep_batch = 5
     due = node.clock.now().replace(microsecond=0).isoformat().replace("12:00:00", "12:00:03")
     jobs = [node.app.schedule("record", at=due) for _ in range(12)]
@@ -70,9 +70,9 @@ async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_
     node.clock.advance(node.app.settings.shard_lease_ttl + 1)  # overdue by 13 s, less than 15
     heir_queue = MemoryDelayQueue(node.clock)
     heir = Scheduler(node.app.store, heir_queue, node.app.settings, node.clock)
-    await heir.renew_shards()
+    await heir.renew_shards()  # the takeover checks the shards' queued runs before dispatching
     assert heir.leases.acquired == frozenset(range(4))
-    assert await heir.sweep() == 12
+    assert heir.stats.swept == 12
     assert await heir_queue.size() == 12
     assert await heir.sweep() == 0
     assert {node.app.list_executions(job.id)[0].id for job in jobs} == set(

@@ -966,18 +966,32 @@ class SQLiteStore:
             )
             newest_missed = {
                 r["job_id"]: from_us(r["newest"])
-                for r in c.execute(
-                    Q["execution_newest_missed_of_jobs"],
-                    {"job_ids": json.dumps(late_jobs), "grace_line": grace_line},
+                for r in (
+                    c.execute(
+                        Q["execution_newest_missed_of_jobs"],
+                        {"job_ids": json.dumps(late_jobs), "grace_line": grace_line},
+                    )
+                    if late_jobs
+                    else ()
                 )
             }
             behind = to_us(now - timedelta(seconds=BACKLOG_LATENESS))
-            late = sorted({r["job_id"] for r in rows.values() if r["due_at"] < behind})
+            late = sorted(  # only a cron job can have a backlog of fire times
+                {
+                    r["job_id"]
+                    for r in rows.values()
+                    if r["due_at"] < behind and r["schedule_kind"] == ScheduleKind.CRON.value
+                }
+            )
             earlier_pending = {
                 r["job_id"]: (from_us(r["scheduled_for"]), r["id"])
-                for r in c.execute(
-                    Q["execution_earliest_due_of_jobs"],
-                    {"job_ids": json.dumps(late), "now": now_us},
+                for r in (
+                    c.execute(
+                        Q["execution_earliest_due_of_jobs"],
+                        {"job_ids": json.dumps(late), "now": now_us},
+                    )
+                    if late
+                    else ()
                 )
             }
             plan = plan_claim(
@@ -992,13 +1006,14 @@ class SQLiteStore:
                 group = [(rows[run.id], why) for run, st, why in plan.end if st is status]
                 if group:
                     self._end_pending(c, [r for r, _ in group], status, [w for _, w in group])
-            c.executemany(
-                Q["execution_defer"],
-                [
-                    {"id": run.id, "due_at": to_us(due), "reason": why}
-                    for run, due, why in plan.defer
-                ],
-            )
+            if plan.defer:
+                c.executemany(
+                    Q["execution_defer"],
+                    [
+                        {"id": run.id, "due_at": to_us(due), "reason": why}
+                        for run, due, why in plan.defer
+                    ],
+                )
             self._replace(c, plan.replaced, now_us)
             if plan.catchup:
                 c.execute(Q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})

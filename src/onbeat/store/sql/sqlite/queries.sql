@@ -179,7 +179,7 @@ RETURNING *;
 
 -- name: execution_claim_candidates
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
-       j.overlap, j.misfire, j.catchup_window, j.status AS job_status
+       j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
