@@ -15,6 +15,7 @@ import pytest
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+from onbeat.testing.store_contract_dashboard import DashboardReadsContract
 from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
     ScheduleHistoryContract,
@@ -55,5 +56,7 @@ def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iter
         yield fresh
 
 
-class TestStore(StoreContract, ScheduleChainContract, ScheduleHistoryContract):
+class TestStore(
+    StoreContract, ScheduleChainContract, ScheduleHistoryContract, DashboardReadsContract
+):
     pass
