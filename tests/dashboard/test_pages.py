@@ -119,6 +119,8 @@ async def test_create_job__refused_input_is_shown_with_the_form_kept_and_nothing
         ({"kind": "now", "params": "[1, 2]"}, "params: must be a JSON object"),
         ({"kind": "now", "params": "{nope"}, "params: is not JSON"),
         ({"kind": "now", "task": "missing"}, "task"),
+        ({"kind": "once", "at": "2026-07-01T09:00", "timezone": "../etc"}, "timezone"),
+        ({"kind": "once", "at": "July the first"}, "at"),
     ]:
         refused = await post_form(browser, "/jobs", "/jobs", {"task": "echo", **fields})
         assert refused.status_code == 422, fields

@@ -3,6 +3,7 @@ checked by the App, exactly as for the REST API; this only translates what a bro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -85,16 +86,12 @@ class JobForm:
         return Schedule.parse(cron=args.cron, at=args.at, timezone=args.timezone)
 
     def with_error(self, error: ValidationError) -> JobForm:
-        return JobForm(**{**_fields(self), "error": f"{error.field}: {error.message}"})
-
-
-def _fields(form: JobForm) -> dict[str, Any]:
-    return {name: getattr(form, name) for name in JobForm.__dataclass_fields__}
+        return dataclasses.replace(self, error=f"{error.field}: {error.message}")
 
 
 def at_in_zone(text: str, timezone: str) -> str:
-    """An ``at`` time as ISO-8601 with an offset: a browser's ``datetime-local`` value has none,
-    so it is read as wall time in ``timezone`` (the earlier instant, if the time occurs twice)."""
+    """An ``at`` time as ISO-8601 with an offset: one typed without an offset is read as wall
+    time in ``timezone`` (the earlier instant, if that time occurs twice)."""
     text = text.strip()
     if not text:
         raise ValidationError("at", "is required for a once schedule")
@@ -103,10 +100,8 @@ def at_in_zone(text: str, timezone: str) -> str:
     except ValueError:
         raise ValidationError("at", "is not a date and time (YYYY-MM-DDTHH:MM)") from None
     if moment.tzinfo is None:
-        try:
-            moment = moment.replace(tzinfo=ZoneInfo(timezone))
-        except (ValueError, KeyError):
-            raise ValidationError("timezone", f"{timezone!r} is not an IANA time zone") from None
+        Schedule.parse(timezone=timezone)  # the schedule's own check of the zone's name
+        moment = moment.replace(tzinfo=ZoneInfo(timezone))
     return moment.isoformat()
 
 
