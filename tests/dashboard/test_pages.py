@@ -76,6 +76,21 @@ async def test_jobs__search_filter_and_keyset_pages(
     assert re.findall(r'href="/jobs/([0-9a-f]{32})"', paused.text) == [echo[3]]
 
 
+async def test_jobs__each_with_its_last_run(
+    browser: httpx.AsyncClient, onbeat_app: App, clock: FakeClock
+) -> None:
+    dead = await make_dead_letter(onbeat_app, clock)
+    failed_job = onbeat_app.get_execution(dead).job_id
+    planned = onbeat_app.schedule("echo", cron="0 * * * *").id  # its one run is still to come
+    page = (await browser.get("/jobs")).text
+
+    def last_run(job_id: str) -> str:
+        return page.split(f'href="/jobs/{job_id}"')[1].split("</tr>")[0].split("</td>")[4]
+
+    assert '<span class="badge s-failed">failed</span>' in last_run(failed_job)
+    assert last_run(planned).strip().endswith('<span class="muted">-</span>')
+
+
 async def test_create_job__through_the_form(browser: httpx.AsyncClient, onbeat_app: App) -> None:
     created = await post_form(
         browser,

@@ -69,6 +69,7 @@ def jobs_page(request: Request, form: JobForm | None = None, status_code: int = 
         status_code=status_code,
         section="jobs",
         jobs=jobs,
+        last_runs=dashboard.onbeat.store.execution_last_of_jobs([j.id for j in jobs]),
         status=status.value if status else "",
         statuses=[s.value for s in JobStatus],
         q=text,

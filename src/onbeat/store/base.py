@@ -323,6 +323,11 @@ class Store(Protocol):
         """How many dead letters ``tenant`` (None: every tenant) has, counting up to ``limit``."""
         ...
 
+    def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
+        """Per job, its run with the latest fire time that is running or ended (not planned or
+        queued), without attempts; a job with none is left out."""
+        ...
+
     def api_key_get(self, key_id: str) -> ApiKey | None:
         """The active (not revoked) key with that id."""
         ...

@@ -1162,6 +1162,11 @@ class SQLiteStore:
                     break
         return total
 
+    def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
+        with self._read() as c:
+            rows = c.execute(Q["execution_last_of_jobs"], {"ids": json.dumps(list(job_ids))})
+            return {r["job_id"]: _execution(r, ()) for r in rows}
+
     def api_key_get(self, key_id: str) -> ApiKey | None:
         with self._read() as c:
             row = c.execute(Q["api_key_get"], {"id": key_id}).fetchone()

@@ -228,6 +228,23 @@ class DashboardReadsContract:
         assert store.dead_letter_count(tenant=None, limit=100) == 3
         assert store.dead_letter_count(tenant=None, limit=2) == 2
 
+    def test_execution_last_of_jobs__the_newest_run_that_started_or_ended(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        cron = store.job_create(_cron(EVERY_MINUTE))
+        never_ran = store.job_create(_cron(EVERY_MINUTE, task="other"))
+        failed = _start(store, _new())
+        store.execution_finish_many([_failed(failed)])
+        clock.advance(60)
+        _dispatch(store)  # queues 12:01 of both cron jobs and plans their 12:02
+        [first] = [r for r in store.execution_list(cron.id) if r.status is ExecutionStatus.QUEUED]
+        store.execution_finish_many([_ok(_claim(store, first.id))])
+        last = store.execution_last_of_jobs([cron.id, never_ran.id, failed.execution.job_id])
+        assert set(last) == {cron.id, failed.execution.job_id}
+        assert (last[cron.id].id, last[cron.id].status) == (first.id, ExecutionStatus.SUCCEEDED)
+        assert last[failed.execution.job_id].status is ExecutionStatus.FAILED
+        assert store.execution_last_of_jobs([]) == {}
+
     def test_api_key_get__active_keys_only(self, store: Store, clock: FakeClock) -> None:
         key = ApiKey("k1", "acme", Role.READER, clock.now())
         store.api_key_insert(key, "hash-1")

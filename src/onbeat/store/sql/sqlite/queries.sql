@@ -413,6 +413,15 @@ ORDER BY s.owner;
 -- name: dead_letter_count_of_tenant
 SELECT count(*) FROM (SELECT 1 FROM dead_letters WHERE tenant = :tenant LIMIT :limit);
 
+-- name: execution_last_of_jobs
+-- Per job, from its newest fire time back (the unique index), the first run that is not pending.
+SELECT e.* FROM json_each(:ids) AS j
+JOIN executions e ON e.id = (
+    SELECT n.id FROM executions n
+    WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
+    ORDER BY n.scheduled_for DESC
+    LIMIT 1);
+
 -- name: api_key_get
 SELECT * FROM api_keys WHERE id = :id AND revoked_at IS NULL;
 
