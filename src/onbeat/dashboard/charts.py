@@ -73,7 +73,9 @@ def lines(
             share = (math.log10(max(v, low)) - math.log10(low)) / math.log10(high / low)
             return TOP + PLOT_H * (1 - share)
 
-        grid = [(y_of(low * 10**k), fmt(low * 10**k)) for k in range(_decades(low, high) + 1)]
+        grid = [
+            (y_of(low * 10**k), fmt(low * 10**k)) for k in range(round(math.log10(high / low)) + 1)
+        ]
     else:
         top, ticks = _linear_ticks(max(values))
 
@@ -124,10 +126,6 @@ def _log_range(low: float, high: float) -> tuple[float, float]:
     return 10.0**low_exp, 10.0 ** max(high_exp, low_exp + 1)
 
 
-def _decades(low: float, high: float) -> int:
-    return round(math.log10(high / low))
-
-
 def _path(points: Sequence[tuple[float, float] | None]) -> str:
     parts, pen_down = [], False
     for point in points:
@@ -147,12 +145,12 @@ def _hover(i: int, slot: float, tip: str) -> str:
 
 
 def _svg(times: Sequence[datetime], grid: Sequence[tuple[float, str]], marks: str) -> Markup:
-    lines_ = [
+    rules = [
         f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
         f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(label)}</text>'
         for y, label in grid
     ]
-    return _frame(times, "".join(lines_) + marks)
+    return _frame(times, "".join(rules) + marks)
 
 
 def _empty(times: Sequence[datetime], message: str) -> Markup:
