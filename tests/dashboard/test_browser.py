@@ -136,6 +136,14 @@ def test_pause_resume_edit_run_now_and_cancel(page: Page) -> None:
     expect(page.get_by_role("button", name="Pause")).to_have_count(0)
 
 
+def test_live_refresh_shows_a_change_made_elsewhere(page: Page, node: Node) -> None:
+    job_id = create_job(page, "echo", "cron", expression="0 * * * *")
+    with node.client() as client:
+        client.pause(job_id)  # not through this page: only its live refresh can show it
+    expect(page.locator("#job-status .badge")).to_have_text("paused", timeout=RUN_TIMEOUT_MS)
+    expect(page.locator(".live-state")).to_contain_text("live")
+
+
 def test_replay_a_dead_letter(page: Page) -> None:
     job_id = create_job(page, "fail", "now")
     expect(page.locator("table.executions tr.run .badge").first).to_have_text(
