@@ -331,7 +331,7 @@ VALUES (:tenant, :key, :fingerprint, :job_id, :now);
 -- name: idempotency_key_prune
 DELETE FROM idempotency_keys WHERE created_at < :before;
 
--- --- dashboard reads: each an index range (see tests/dashboard/test_query_plans.py) ------------
+-- --- dashboard reads: each an index range (tests/dashboard/test_scale.py checks the plans) -----
 
 -- name: job_tenant_from
 -- The first tenant from :from on: walking the tenants costs one index seek each.
