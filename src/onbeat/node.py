@@ -79,5 +79,6 @@ async def serve(app: App, listen: tuple[str, int] | None = ("127.0.0.1", 8000)) 
         if node.api_ready.is_set():
             base = f"http://{listen[0]}:{listen[1]}"
             print(f"onbeat API: {base}/api/v1  (OpenAPI docs: {base}/docs)", flush=True)
+            print(f"onbeat dashboard: {base}/", flush=True)
     await running
     log.info("onbeat node stopped")

@@ -15,6 +15,7 @@ import pytest
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+from onbeat.testing.store_contract_dashboard import DashboardReadsContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
 from onbeat.testing.store_contract_schedules import (
@@ -63,5 +64,6 @@ class TestStore(
     ScheduleHistoryContract,
     RecoveryContract,
     HeartbeatContract,
+    DashboardReadsContract,
 ):
     pass

@@ -17,4 +17,12 @@ def test_queries__every_sqlite_statement_is_used_and_every_used_one_exists() -> 
 
 def test_migrations__numbered_from_one_without_gaps() -> None:
     versions = [version for version, _ in migrations("sqlite")]
-    assert versions == list(range(1, len(versions) + 1))
+    expected = range(1, max(versions) + 1)
+    assert versions == list(expected)
+
+
+def test_queries__waiting_runs_are_found_by_the_reason_plan_gives_them() -> None:
+    """The wake-up statement spells plan.WAITING out as a literal."""
+    from onbeat.plan import WAITING
+
+    assert f"LIKE '{WAITING}%'" in load_queries("sqlite")["executions_wake_waiting"]

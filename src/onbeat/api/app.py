@@ -29,8 +29,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API for ``onbeat_app``: routes under ``/api/v1``, the OpenAPI spec at
-    ``/openapi.json``, docs at ``/docs``. Request bodies over ``max_bytes`` are refused (413)
-    before they are parsed."""
+    ``/openapi.json``, docs at ``/docs``, and the web dashboard (``onbeat.dashboard``) at ``/``.
+    Request bodies over ``max_bytes`` are refused (413) before they are parsed."""
     api = _OnbeatAPI(
         title="onbeat",
         version="1",
@@ -44,7 +44,10 @@ def create_app(
         api.include_router(module.router, prefix=API_PREFIX)
     install_problem_handlers(api)
     api.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
-    api.add_middleware(AuthMiddleware, onbeat=onbeat_app)  # outermost: before the body is read
+    api.add_middleware(AuthMiddleware, onbeat=onbeat_app)  # before the body is read
+    from onbeat.dashboard import DashboardFirst  # imported here: the dashboard imports onbeat.api
+
+    api.add_middleware(DashboardFirst, onbeat=onbeat_app)  # the web UI at /, with its own sessions
     return api
 
 

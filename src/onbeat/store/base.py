@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from onbeat.auth import DEFAULT_TENANT, ApiKey
@@ -336,3 +336,100 @@ class Store(Protocol):
         """Give back runs a stopping worker did not finish (id -> fencing token): they are due
         again at once and the interrupted attempt does not count."""
         ...
+
+    # --- dashboard reads --------------------------------------------------------------------
+    # Each is a few index range reads, however many jobs and executions the store holds.
+    def job_search(
+        self,
+        *,
+        tenant: str | None,
+        status: JobStatus | None = None,
+        text: str | None = None,
+        after_id: str | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        """Up to ``limit`` jobs in id (creation) order after ``after_id``: of ``tenant`` (None:
+        every tenant), in ``status`` (None: any), and with ``text``, only those whose id starts
+        with it (case-insensitive) or whose task name does. Task names matched are the first
+        :data:`MAX_SEARCH_TASKS` that start with ``text``."""
+        ...
+
+    def execution_activity(
+        self, *, tenant: str | None, since: datetime, until: datetime, bucket: timedelta
+    ) -> list[ActivityBucket]:
+        """Per ``bucket`` of [since, until), oldest first: the runs that ended in it by status,
+        their start delays by :func:`delay_class`, and the queue depth at its end (runs due by
+        then that had not started; a retried run's earlier waits are not counted)."""
+        ...
+
+    def execution_running_by_owner(self, *, tenant: str | None) -> list[WorkerLoad]:
+        """Running executions per lease owner (the workers running them), by owner name."""
+        ...
+
+    def scheduler_shards(self) -> list[SchedulerShards]:
+        """Every registered scheduler with the shards it holds now, by owner name."""
+        ...
+
+    def dead_letter_count(self, *, tenant: str | None, limit: int) -> int:
+        """How many dead letters ``tenant`` (None: every tenant) has, counting up to ``limit``."""
+        ...
+
+    def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
+        """Per job, its run with the latest fire time that is running or ended (not planned or
+        queued), without attempts; a job with none is left out."""
+        ...
+
+    def api_key_get(self, key_id: str) -> ApiKey | None:
+        """The active (not revoked) key with that id."""
+        ...
+
+    def secret_get_or_create(self, name: str, value: str) -> str:
+        """The secret stored under ``name``; ``value`` is stored first if there is none, so every
+        process on the store uses the one the first of them made."""
+        ...
+
+
+MAX_SEARCH_TASKS = 20
+"""Most task names one ``Store.job_search`` text matches (each is one more index read per status)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityBucket:
+    start: datetime
+    finished: Mapping[ExecutionStatus, int]
+    """Runs that reached a final state in the bucket, by that state."""
+    start_delays: Mapping[int, int]
+    """Of those that started: :func:`delay_class` of (start - due) -> how many."""
+    queue_depth: int
+    """Runs due by the end of the bucket that had not started by then."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    owner: str
+    running: int
+    """Runs it holds a live lease on."""
+    expired: int
+    """Runs whose lease it let expire: lost unless it comes back, until the reaper retries them."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerShards:
+    owner: str
+    shards: int
+    last_seen: datetime
+
+
+def delay_class(microseconds: int) -> int:
+    """The class of a delay by its decade and leading digit: class ``9k + d - 1`` holds
+    [d, d + 1) x 10^k us (a delay under 1 us is class 0). Counting delays per class keeps the
+    last hour's histogram a few hundred rows, from which percentiles are estimated within a
+    class (at most 11 % wide from 9 x 10^k on, 100 % below 2 x 10^k)."""
+    digits = str(max(microseconds, 1))
+    return 9 * (len(digits) - 1) + int(digits[0]) - 1
+
+
+def delay_class_floor(cls: int) -> int:
+    """The smallest delay (us) of class ``cls``; the class ends where ``cls + 1`` begins."""
+    floor: int = (cls % 9 + 1) * 10 ** (cls // 9)
+    return floor

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
+import itertools
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,7 +55,6 @@ from onbeat.model import (
 from onbeat.plan import (
     BACKLOG_LATENESS,
     PAUSED_AT_FIRE_TIME,
-    WAITING,
     ClaimCandidate,
     PlannedExecution,
     RunningRun,
@@ -68,6 +70,8 @@ from onbeat.queue.base import QueueItem
 from onbeat.retry import backoff_delay
 from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.store.base import (
+    MAX_SEARCH_TASKS,
+    ActivityBucket,
     ClaimedRun,
     ClaimResult,
     Completion,
@@ -75,9 +79,11 @@ from onbeat.store.base import (
     DispatchParams,
     JobChanges,
     NewJob,
+    SchedulerShards,
     ShardLeases,
     SweepCursor,
     SweepPage,
+    WorkerLoad,
 )
 from onbeat.store.queries import load_queries, migrations
 
@@ -626,7 +632,7 @@ class SQLiteStore:
     ) -> list[DeadLetter]:
         with self._read() as c:
             rows = c.execute(
-                Q["dead_letter_list"],
+                Q["dead_letter_list"] if tenant is None else Q["dead_letter_list_of_tenant"],
                 {"tenant": tenant, "after_id": after_id or "", "limit": limit},
             )
             return [
@@ -1191,11 +1197,7 @@ class SQLiteStore:
         if job_ids:
             c.execute(
                 Q["executions_wake_waiting"],
-                {
-                    "job_ids": json.dumps(sorted(set(job_ids))),
-                    "waiting": f"{WAITING}%",
-                    "now": now_us,
-                },
+                {"job_ids": json.dumps(sorted(set(job_ids))), "now": now_us},
             )
 
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
@@ -1215,6 +1217,133 @@ class SQLiteStore:
             ]
             self._finish(c, outcomes, now_us)
         return len(outcomes)
+
+    # --- dashboard reads --------------------------------------------------------------------
+    def job_search(
+        self,
+        *,
+        tenant: str | None,
+        status: JobStatus | None = None,
+        text: str | None = None,
+        after_id: str | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        # One covering-index range per (tenant, status) and per (tenant, task, status), each in
+        # id order and at most ``limit`` long, merged: no filter combination scans the table.
+        id_from = "" if after_id is None else after_id + "\0"  # the least string after it
+        statuses = [status] if status is not None else list(JobStatus)
+        with self._read() as c:
+            tenants = [tenant] if tenant is not None else self._tenants(c)
+            pages: list[list[str]] = []
+            for owner in tenants:
+                ranges = [("", _TEXT_MAX)]
+                tasks: list[str] = []
+                if text:
+                    ranges = [(text.lower(), _prefix_end(text.lower()))]
+                    tasks = self._tasks_from(c, owner, text)
+                for state, (low, high) in itertools.product(statuses, ranges):
+                    args = {"tenant": owner, "status": state.value, "limit": limit}
+                    args |= {"id_from": max(id_from, low), "id_to": high}
+                    pages.append([r[0] for r in c.execute(Q["job_search_ids"], args)])
+                for state, task in itertools.product(statuses, tasks):
+                    args = {"tenant": owner, "task": task, "status": state.value}
+                    args |= {"id_from": id_from, "limit": limit}
+                    pages.append([r[0] for r in c.execute(Q["job_search_ids_of_task"], args)])
+            ids = list(itertools.islice(_unique(heapq.merge(*pages)), limit))
+            return [_job(r) for r in c.execute(Q["jobs_by_ids"], {"ids": json.dumps(ids)})]
+
+    def _tenants(self, c: sqlite3.Connection) -> list[str]:
+        """Every tenant that has a job, one index seek each."""
+        found: list[str] = []
+        while (
+            tenant := c.execute(Q["job_tenant_from"], {"from": _after(found)}).fetchone()[0]
+        ) is not None:
+            found.append(tenant)
+        return found
+
+    def _tasks_from(self, c: sqlite3.Connection, tenant: str, prefix: str) -> list[str]:
+        """The first ``MAX_SEARCH_TASKS`` task names of ``tenant`` that start with ``prefix``."""
+        found: list[str] = []
+        args = {"tenant": tenant, "to": _prefix_end(prefix)}
+        while len(found) < MAX_SEARCH_TASKS:
+            start = _after(found) if found else prefix
+            task = c.execute(Q["job_task_from"], {**args, "from": start}).fetchone()[0]
+            if task is None:
+                break
+            found.append(task)
+        return found
+
+    def execution_activity(
+        self, *, tenant: str | None, since: datetime, until: datetime, bucket: timedelta
+    ) -> list[ActivityBucket]:
+        since_us, bucket_us = to_us(since), bucket // timedelta(microseconds=1)
+        count = -(-(to_us(until) - since_us) // bucket_us)
+        args = {
+            "tenant": tenant,
+            "since": since_us,
+            "until": to_us(until),
+            "bucket": bucket_us,
+            "shards": json.dumps(list(range(self.shard_count))),
+        }
+        finished: list[Counter[ExecutionStatus]] = [Counter() for _ in range(count)]
+        delays: list[Counter[int]] = [Counter() for _ in range(count)]
+        depth_change = [0] * count  # runs that joined the queue minus runs that left it
+        with self._read() as c:
+            for r in c.execute(Q["execution_activity"], args):
+                if r["ended"] is not None:
+                    finished[r["ended"]][ExecutionStatus(r["status"])] += r["runs"]
+                    if r["delay_class"] is not None:
+                        delays[r["ended"]][r["delay_class"]] += r["runs"]
+                if r["joined"] is not None:
+                    depth_change[r["joined"]] += r["runs"]
+                    if r["left_at"] is not None and r["left_at"] < count:
+                        depth_change[r["left_at"]] -= r["runs"]
+        depths = itertools.accumulate(depth_change)
+        return [
+            ActivityBucket(since + i * bucket, finished[i], delays[i], depth)
+            for i, depth in enumerate(depths)
+        ]
+
+    def execution_running_by_owner(self, *, tenant: str | None) -> list[WorkerLoad]:
+        args = {"tenant": tenant, "now": self._now_us()}
+        with self._read() as c:
+            return [
+                WorkerLoad(r["owner"], r["running"], r["expired"])
+                for r in c.execute(Q["execution_running_by_owner"], args)
+            ]
+
+    def scheduler_shards(self) -> list[SchedulerShards]:
+        with self._read() as c:
+            return [
+                SchedulerShards(r["owner"], r["shards"], from_us(r["last_seen"]))
+                for r in c.execute(Q["scheduler_shards"], {"now": self._now_us()})
+            ]
+
+    def dead_letter_count(self, *, tenant: str | None, limit: int) -> int:
+        total = 0
+        with self._read() as c:
+            for owner in [tenant] if tenant is not None else self._tenants(c):
+                args = {"tenant": owner, "limit": limit - total}
+                total += c.execute(Q["dead_letter_count_of_tenant"], args).fetchone()[0]
+                if total >= limit:
+                    break
+        return total
+
+    def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
+        with self._read() as c:
+            rows = c.execute(Q["execution_last_of_jobs"], {"ids": json.dumps(list(job_ids))})
+            return {r["job_id"]: _execution(r, ()) for r in rows}
+
+    def api_key_get(self, key_id: str) -> ApiKey | None:
+        with self._read() as c:
+            row = c.execute(Q["api_key_get"], {"id": key_id}).fetchone()
+        return _api_key(row) if row else None
+
+    def secret_get_or_create(self, name: str, value: str) -> str:
+        with self._tx() as c:
+            c.execute(Q["secret_insert"], {"name": name, "value": value, "now": self._now_us()})
+            stored: str = c.execute(Q["secret_get"], {"name": name}).fetchone()[0]
+        return stored
 
 
 def _claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
@@ -1412,3 +1541,33 @@ def _execution(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
         attempts=attempts,
         catchup=bool(r["catchup"]),
     )
+
+
+_TEXT_MAX = "\U0010ffff"
+"""Above every id and name the dashboard searches (the greatest code point)."""
+
+
+def _prefix_end(prefix: str) -> str:
+    """A string above every string that starts with ``prefix`` (non-empty) and below every other
+    string above them: its last character, one code point up (SQLite compares UTF-8 bytes, which
+    sort as code points do)."""
+    stem = prefix.rstrip(_TEXT_MAX)
+    if not stem:  # only the greatest code point: nothing sorts after its own extensions
+        return prefix + _TEXT_MAX * 64
+    following = ord(stem[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are not text
+        following = 0xE000
+    return stem[:-1] + chr(following)
+
+
+def _after(found: Sequence[str]) -> str:
+    """The least string after the last of ``found`` ("" for none)."""
+    return found[-1] + "\0" if found else ""
+
+
+def _unique(ordered: Iterable[str]) -> Iterator[str]:
+    previous = None
+    for item in ordered:
+        if item != previous:
+            yield item
+        previous = item

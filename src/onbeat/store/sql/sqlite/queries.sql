@@ -225,9 +225,10 @@ WHERE id = :id AND status = 'queued';
 
 -- name: executions_wake_waiting
 -- Runs of these jobs waiting for a running predecessor are due now: one of the jobs' runs ended.
+-- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
 UPDATE executions SET due_at = :now
 WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status = 'scheduled'
-  AND due_at > :now AND reason LIKE :waiting;
+  AND reason LIKE 'waiting for %' AND due_at > :now;
 
 -- name: execution_replace
 -- overlap=replace: the running predecessor is cancelled and its token bumped, fencing its writes.
@@ -374,3 +375,111 @@ INSERT INTO onbeat_write_probe VALUES (zeroblob(:bytes));
 
 -- name: write_probe_drop
 DROP TABLE onbeat_write_probe;
+
+-- --- dashboard reads: each an index range (tests/dashboard/test_scale.py checks the plans) -----
+
+-- name: job_tenant_from
+-- The first tenant from :from on: walking the tenants costs one index seek each.
+SELECT min(tenant) FROM jobs WHERE tenant >= :from;
+
+-- name: job_task_from
+-- The first task name of a tenant in [:from, :to).
+SELECT min(task) FROM jobs WHERE tenant = :tenant AND task >= :from AND task < :to;
+
+-- name: job_search_ids
+-- Ids of one tenant's jobs in one status, in [:id_from, :id_to), in id order.
+SELECT id FROM jobs
+WHERE tenant = :tenant AND status = :status AND id >= :id_from AND id < :id_to
+ORDER BY id
+LIMIT :limit;
+
+-- name: job_search_ids_of_task
+-- Ids of one tenant's jobs of one task in one status, from :id_from on, in id order.
+SELECT id FROM jobs
+WHERE tenant = :tenant AND task = :task AND status = :status AND id >= :id_from
+ORDER BY id
+LIMIT :limit;
+
+-- name: jobs_by_ids
+SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
+-- name: execution_activity
+-- The last hour (or any [:since, :until)) in buckets of :bucket us, in one pass over three range
+-- reads. Runs that ended: per bucket, by status and by the class (decade and leading digit) of
+-- their start delay (due -> start; store.base.delay_class, written in SQL). The queue depth as
+-- runs joining and leaving it: a run joined when it came due (at :since if it was waiting
+-- already) and left when it started; runs that ended, runs running and runs pending in any
+-- shard each count once. A tenant's runs are picked by their job id in a list of the tenant's
+-- (built once, from an index); "+" keeps the planner reading the time ranges rather than each
+-- job's whole history.
+SELECT (e.finished_at - :since) / :bucket AS ended, e.status,
+       CASE WHEN e.started_at IS NOT NULL THEN
+           9 * (length(max(e.started_at - e.due_at, 1)) - 1)
+           + substr(max(e.started_at - e.due_at, 1), 1, 1) - 1
+       END AS delay_class,
+       CASE WHEN e.started_at >= :since
+           THEN (min(max(e.due_at, :since), e.started_at) - :since) / :bucket END AS joined,
+       CASE WHEN e.started_at >= :since THEN (e.started_at - :since) / :bucket END AS left_at,
+       count(*) AS runs
+FROM executions e
+WHERE e.finished_at >= :since AND e.finished_at < :until
+  AND (:tenant IS NULL OR +e.job_id IN (SELECT id FROM jobs WHERE tenant = :tenant))
+GROUP BY 1, 2, 3, 4, 5
+UNION ALL
+SELECT NULL, NULL, NULL, (min(max(e.due_at, :since), e.started_at) - :since) / :bucket,
+       (e.started_at - :since) / :bucket, count(*)
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.status = 'running' AND e.started_at >= :since AND e.started_at < :until
+  AND (:tenant IS NULL OR j.tenant = :tenant)
+GROUP BY 4, 5
+UNION ALL
+SELECT NULL, NULL, NULL, (max(e.due_at, :since) - :since) / :bucket, NULL, count(*)
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard IN (SELECT value FROM json_each(:shards))
+  AND e.status IN ('scheduled', 'queued') AND e.due_at < :until
+  AND j.status = 'active' AND (:tenant IS NULL OR j.tenant = :tenant)
+GROUP BY 4;
+
+-- name: execution_running_by_owner
+SELECT e.lease_owner AS owner, sum(e.lease_expires_at > :now) AS running,
+       sum(e.lease_expires_at <= :now) AS expired
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.status = 'running' AND (:tenant IS NULL OR j.tenant = :tenant)
+GROUP BY e.lease_owner
+ORDER BY e.lease_owner;
+
+-- name: scheduler_shards
+SELECT s.owner, s.last_seen,
+       (SELECT count(*) FROM shard_leases l
+        WHERE l.owner = s.owner AND l.lease_expires_at > :now) AS shards
+FROM schedulers s
+ORDER BY s.owner;
+
+-- name: dead_letter_count_of_tenant
+SELECT count(*) FROM (SELECT 1 FROM dead_letters WHERE tenant = :tenant LIMIT :limit);
+
+-- name: execution_last_of_jobs
+-- Per job, from its newest fire time back (the unique index), the first run that is not pending.
+SELECT e.* FROM json_each(:ids) AS j
+JOIN executions e ON e.id = (
+    SELECT n.id FROM executions n
+    WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
+    ORDER BY n.scheduled_for DESC
+    LIMIT 1);
+
+-- name: api_key_get
+SELECT * FROM api_keys WHERE id = :id AND revoked_at IS NULL;
+
+-- name: secret_insert
+INSERT INTO secrets (name, value, created_at) VALUES (:name, :value, :now)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: secret_get
+SELECT value FROM secrets WHERE name = :name;
+
+-- name: dead_letter_list_of_tenant
+-- dead_letter_list for one tenant: a range of dead_letters_tenant, not a walk past other tenants'.
+SELECT d.*, j.task, j.params FROM dead_letters d JOIN jobs j ON j.id = d.job_id
+WHERE d.tenant = :tenant AND d.execution_id > :after_id
+ORDER BY d.execution_id
+LIMIT :limit;

@@ -1,0 +1,1 @@
+"""Benchmark scripts (see README.md); a package so that tests can reuse a data filler."""
