@@ -227,7 +227,7 @@ WAITING = "waiting for "
 """How the reason of every run waiting for a predecessor starts (stores find them by it)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every run claimed, and frozen costs 30 % more
 class ClaimCandidate:
     """A queued execution a worker asks to start, with what the decision needs of its job."""
 
@@ -252,7 +252,7 @@ class ClaimCandidate:
         return max(self.due_at, self.queued_at) if self.queued_at else self.due_at
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunningRun:
     id: str
     started_at: datetime
@@ -296,7 +296,8 @@ def plan_claim(
       that is not in this batch, whatever order the queue hands a backlog out in.
     """
     plan = ClaimPlan()
-    in_batch = {run.id for run in candidates}
+    pending = earlier_pending or {}
+    in_batch = {run.id for run in candidates} if pending else set()
     busy = {job_id: list(runs) for job_id, runs in running.items()}
     backlog: dict[str, str] = {}
     """job id -> a run of it waiting in this batch: its later fire times wait behind it."""
@@ -334,11 +335,13 @@ def plan_claim(
                 continue
             catchup = verdict.catchup
         others = busy.setdefault(run.job_id, [])
-        earlier = (earlier_pending or {}).get(run.job_id)
+        earlier = pending.get(run.job_id)
         waiting = backlog.get(run.job_id)
         if earlier and earlier[0] < run.scheduled_for and earlier[1] not in in_batch:
             waiting = waiting or earlier[1]
-        wait_reason, skip_reason = _overlap(run, others, waiting)
+        wait_reason = skip_reason = None
+        if others or waiting:
+            wait_reason, skip_reason = _overlap(run, others, waiting)
         if skip_reason is not None:
             plan.end.append((run, ExecutionStatus.SKIPPED, skip_reason))
             continue

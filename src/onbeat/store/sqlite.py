@@ -1350,18 +1350,25 @@ def _claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
     return ClaimCandidate(
         id=r["id"],
         job_id=r["job_id"],
-        trigger=Trigger(r["trigger"]),
+        trigger=_TRIGGERS[r["trigger"]],
         attempt=r["attempt"],
         catchup=bool(r["catchup"]),
         scheduled_for=from_us(r["scheduled_for"]),
         due_at=from_us(r["due_at"]),
         queued_at=_opt_dt(r["queued_at"]),
         priority=r["priority"],
-        job_status=JobStatus(r["job_status"]),
-        overlap=OverlapPolicy(r["overlap"]),
-        misfire=MisfirePolicy(r["misfire"]),
+        job_status=_JOB_STATUSES[r["job_status"]],
+        overlap=_OVERLAPS[r["overlap"]],
+        misfire=_MISFIRES[r["misfire"]],
         catchup_window=r["catchup_window"],
     )
+
+
+# Enum members by value: a dict look-up, where calling the enum costs a microsecond per row.
+_TRIGGERS = {t.value: t for t in Trigger}
+_JOB_STATUSES = {s.value: s for s in JobStatus}
+_OVERLAPS = {o.value: o for o in OverlapPolicy}
+_MISFIRES = {m.value: m for m in MisfirePolicy}
 
 
 def _open_error(path: Path, exc: sqlite3.Error | StoreWriteRefusedError) -> StoreOpenError:
