@@ -3,7 +3,7 @@
 -- finished runs, and the secret that signs dashboard sessions.
 
 CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
-CREATE INDEX jobs_tenant_task ON jobs (tenant, task, status, id);
+CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
 CREATE INDEX dead_letters_tenant ON dead_letters (tenant, execution_id);
 -- Partial: a run gets its entry when it ends, so planning and claiming runs pay nothing for it;
 -- covering: the last hour's figures are read from the index alone.
