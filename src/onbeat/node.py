@@ -25,6 +25,7 @@ class Node:
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
         app.on_submit(self.scheduler.wake)
+        self.worker.on_runs_woken = self.scheduler.wake
 
     async def run(self, listen: tuple[str, int] | None = None) -> None:
         """Run until ``stop`` is set, serving the REST API on ``listen`` (host, port) if given.

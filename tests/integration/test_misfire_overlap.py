@@ -105,3 +105,18 @@ async def test_misfire_and_overlap_across_a_fault(
         assert not run.catchup
     started = [by_fire[f].started_at or back for f in sorted(within_grace)]
     assert started == sorted(started), "the backlog ran out of fire-time order"
+
+
+async def test_a_run_that_ends_wakes_the_dispatch_of_the_runs_waiting_for_it(node: Node) -> None:
+    """A backlog drains at the pace of its runs: the worker asks for a dispatch pass as soon as
+    a run that others wait for is written, instead of leaving them to the next poll."""
+    woken: list[None] = []
+    node.worker.on_runs_woken = lambda: woken.append(None)
+    node.app.schedule("record", cron=EVERY_10S)
+    other = node.app.schedule("record")  # a run no one waits for
+    await node.step()
+    assert woken == []  # `other` ran; nothing waited
+    assert node.app.list_executions(other.id)[0].status is ExecutionStatus.SUCCEEDED
+    node.clock.advance(45)  # 12:00:10, :20, :30, :40 came due together: a backlog
+    await node.step()
+    assert len(woken) == 1  # :10 ran while the others waited for it

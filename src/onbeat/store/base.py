@@ -101,6 +101,9 @@ class ClaimResult:
     started: list[ClaimedRun]
     not_due: list[QueueItem]
     """Released by the queue before the store's clock says they are due: enqueue them again."""
+    waiting_jobs: frozenset[str] = frozenset()
+    """Jobs with runs sent back to wait for a running predecessor (overlap=queue, a backlog): the
+    end of a run of the job makes them due, and a dispatch pass then queues them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from onbeat.model import (
 from onbeat.plan import (
     BACKLOG_LATENESS,
     PAUSED_AT_FIRE_TIME,
+    WAITING,
     ClaimCandidate,
     PlannedExecution,
     RunningRun,
@@ -1062,7 +1063,8 @@ class SQLiteStore:
                     replaced=tuple(replaced.get(row["id"], ())),
                 )
             )
-        return ClaimResult(runs, not_due)
+        waiting = frozenset(run.job_id for run, _, why in plan.defer if why.startswith(WAITING))
+        return ClaimResult(runs, not_due, waiting)
 
     def _replace(
         self, c: sqlite3.Connection, replaced: Mapping[str, list[str]], now_us: int

@@ -91,6 +91,10 @@ class Worker:
         self.queue = queue
         self.registry = registry
         self.settings = settings
+        self.on_runs_woken: Callable[[], None] | None = None
+        """Called after outcomes are written while runs wait for a predecessor (the embedded node
+        wakes its scheduler, so a backlog drains at the pace of its runs, not of dispatch polls)."""
+        self._waiting_jobs: set[str] = set()
         self.clock = clock
         self.owner = owner or process_name("worker")
         self.stats = WorkerStats()
@@ -170,6 +174,7 @@ class Worker:
             log.exception("claim failed; the sweep will re-enqueue these runs")
             return 0
         self._start(claim.started)  # before any other await: every started run is tracked
+        self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
             try:
                 await self.queue.enqueue(claim.not_due)
@@ -292,6 +297,17 @@ class Worker:
             self._finished = batch + self._finished
             self._finished_ready.set()
             return False
+        with self._held_lock:
+            ended_jobs = {
+                held.run.execution.job_id
+                for done in batch
+                if (held := self._held.get(done.execution_id)) is not None
+            }
+        if self._waiting_jobs & ended_jobs:
+            # runs of these jobs waited for the runs just written, and are due now: dispatch them
+            self._waiting_jobs -= ended_jobs
+            if self.on_runs_woken is not None:
+                self.on_runs_woken()
         with self._held_lock:  # written (or refused): no longer held, so no longer heartbeated
             for done in batch:
                 held = self._held.get(done.execution_id)
