@@ -9,8 +9,6 @@ one file shares the machine's clock.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import heapq
 import itertools
 import json
@@ -20,14 +18,13 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from onbeat import validation
-from onbeat.auth import ApiKey, Role
+from onbeat.auth import ApiKey
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import (
     ConflictError,
@@ -48,7 +45,6 @@ from onbeat.model import (
     JobEventKind,
     JobStatus,
     MisfirePolicy,
-    OverlapPolicy,
     RetryPolicy,
     Trigger,
 )
@@ -56,7 +52,6 @@ from onbeat.plan import (
     BACKLOG_LATENESS,
     PAUSED_AT_FIRE_TIME,
     WAITING,
-    ClaimCandidate,
     PlannedExecution,
     RunningRun,
     first_execution,
@@ -87,6 +82,26 @@ from onbeat.store.base import (
     WorkerLoad,
 )
 from onbeat.store.queries import load_queries, migrations
+from onbeat.store.sqlite_rows import (
+    MAX_US,
+    TEXT_MAX,
+    after_last,
+    api_key_of,
+    attempt_of,
+    claim_candidate,
+    execution_of,
+    fingerprint,
+    from_us,
+    job_of,
+    opt_dt,
+    policy_columns,
+    prefix_end,
+    readable_job,
+    schedule_columns,
+    schedule_of,
+    to_us,
+    unique,
+)
 
 Q = load_queries("sqlite")
 BUSY_TIMEOUT = 30.0
@@ -99,23 +114,6 @@ _WRITE_REFUSALS = frozenset(
 """Primary result codes of a write the database cannot take (as opposed to a bug or a lock)."""
 log = logging.getLogger("onbeat.store")
 IDEMPOTENCY_RETENTION = timedelta(days=1)
-
-
-def to_us(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
-
-
-def from_us(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=us)
-
-
-def _opt_dt(us: int | None) -> datetime | None:
-    return None if us is None else from_us(us)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MAX_US = 2**62
-"""Beyond any time in microseconds: an open end of a time range."""
 
 
 class SQLiteStore:
@@ -246,8 +244,8 @@ class SQLiteStore:
             "tenant": new.tenant,
             "task": new.task,
             "params": json.dumps(new.params),
-            **_schedule_columns(new.schedule),
-            **_policy_columns(new.retry, new.timeout, new.overlap, new.misfire, new.priority),
+            **schedule_columns(new.schedule),
+            **policy_columns(new.retry, new.timeout, new.overlap, new.misfire, new.priority),
             "catchup_window": new.catchup_window,
             "jitter": new.jitter,
             "status": JobStatus.ACTIVE.value if first else JobStatus.COMPLETED.value,
@@ -267,7 +265,7 @@ class SQLiteStore:
                     {
                         "tenant": new.tenant,
                         "key": new.idempotency_key,
-                        "fingerprint": _fingerprint(new),
+                        "fingerprint": fingerprint(new),
                         "job_id": job_id,
                         "now": row["now"],
                     },
@@ -275,7 +273,7 @@ class SQLiteStore:
             self._event(c, job_id, JobEventKind.CREATED, row["now"])
             if first:
                 self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
-            job = _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
+            job = job_of(c.execute(Q["job_get"], {"id": job_id}).fetchone())
         return CreatedJob(job, replayed=False)
 
     def _idempotent_job(self, c: sqlite3.Connection, new: NewJob, now: datetime) -> Job | None:
@@ -285,16 +283,16 @@ class SQLiteStore:
         ).fetchone()
         if found is None:
             return None
-        if found["fingerprint"] != _fingerprint(new):
+        if found["fingerprint"] != fingerprint(new):
             raise ValidationError(
                 "Idempotency-Key", "was already used for a different submission; use a new key"
             )
-        return _job(self._job_for_update(c, found["job_id"]))
+        return job_of(self._job_for_update(c, found["job_id"]))
 
     def job_get(self, job_id: str) -> Job | None:
         with self._read() as c:
             row = c.execute(Q["job_get"], {"id": job_id}).fetchone()
-        return _readable_job(row) if row else None
+        return readable_job(row) if row else None
 
     def job_list(
         self,
@@ -318,7 +316,7 @@ class SQLiteStore:
                 rows = c.execute(Q["job_list"], {**args, "limit": wanted}).fetchall()
                 for row in rows:
                     try:
-                        jobs.append(_readable_job(row))
+                        jobs.append(readable_job(row))
                     except UnreadableRecordError as exc:
                         log.error("%s; it is left out of the listing", exc)
                 if len(rows) < wanted:
@@ -335,15 +333,15 @@ class SQLiteStore:
     def job_update(self, job_id: str, changes: JobChanges) -> Job:
         now = self.now()
         with self._tx() as c:
-            job = _job(self._job_for_update(c, job_id))
+            job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be edited")
             retry = changes.retry or job.retry
             columns: dict[str, Any] = {
                 "id": job_id,
                 "params": json.dumps(changes.params if changes.params is not None else job.params),
-                **_schedule_columns(changes.schedule or job.schedule),
-                **_policy_columns(
+                **schedule_columns(changes.schedule or job.schedule),
+                **policy_columns(
                     retry,
                     changes.timeout if changes.timeout is not None else job.timeout,
                     changes.overlap or job.overlap,
@@ -378,7 +376,7 @@ class SQLiteStore:
             c.execute(Q["job_update"], columns)
             if changes.schedule is not None:
                 self._event(c, job_id, JobEventKind.RESCHEDULED, to_us(now))
-            return _job(c.execute(Q["job_get"], {"id": job_id}).fetchone())
+            return job_of(c.execute(Q["job_get"], {"id": job_id}).fetchone())
 
     def _record_fires_until(self, c: sqlite3.Connection, job: Job, now: datetime) -> None:
         """Give every fire time of the job's schedule up to ``now`` its record, before the schedule
@@ -445,7 +443,7 @@ class SQLiteStore:
         now_us = self._now_us()
         c.execute(Q["job_set_status"], {"id": job.id, "status": status.value, "now": now_us})
         self._event(c, job.id, event, now_us)
-        return _job(c.execute(Q["job_get"], {"id": job.id}).fetchone())
+        return job_of(c.execute(Q["job_get"], {"id": job.id}).fetchone())
 
     def _event(self, c: sqlite3.Connection, job_id: str, kind: JobEventKind, at_us: int) -> None:
         """Record a change of the job's firing, at the same instant as the change it records (the
@@ -454,7 +452,7 @@ class SQLiteStore:
 
     def job_pause(self, job_id: str) -> Job:
         with self._tx() as c:
-            job = _job(self._job_for_update(c, job_id))
+            job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be paused")
             if job.status is not JobStatus.ACTIVE:
@@ -464,7 +462,7 @@ class SQLiteStore:
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
         now = self.now()
         with self._tx() as c:
-            job = _job(self._job_for_update(c, job_id))
+            job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be resumed")
             if job.status is not JobStatus.PAUSED:
@@ -500,7 +498,7 @@ class SQLiteStore:
 
     def job_cancel(self, job_id: str) -> Job:
         with self._tx() as c:
-            job = _job(self._job_for_update(c, job_id))
+            job = job_of(self._job_for_update(c, job_id))
             if job.status is not JobStatus.CANCELLED:
                 self._record_fires_until(c, job, self.now())
             c.execute(
@@ -512,7 +510,7 @@ class SQLiteStore:
     def job_run_now(self, job_id: str) -> Execution:
         now = self.now()
         with self._tx() as c:
-            job = _job(self._job_for_update(c, job_id))
+            job = job_of(self._job_for_update(c, job_id))
             if job.status in (JobStatus.CANCELLED, JobStatus.PAUSED):
                 raise ConflictError(f"job {job_id!r} is {job.status.value}; resume it first")
             # Two manual runs requested in the same microsecond are two runs, not one.
@@ -596,8 +594,8 @@ class SQLiteStore:
     def _with_attempts(self, c: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Execution]:
         by_id: dict[str, list[Attempt]] = {r["id"]: [] for r in rows}
         for a in c.execute(Q["attempts_of"], {"ids": json.dumps(list(by_id))}):
-            by_id[a["execution_id"]].append(_attempt(a))
-        return [_execution(r, tuple(by_id[r["id"]])) for r in rows]
+            by_id[a["execution_id"]].append(attempt_of(a))
+        return [execution_of(r, tuple(by_id[r["id"]])) for r in rows]
 
     def execution_get(self, execution_id: str) -> Execution | None:
         with self._read() as c:
@@ -654,7 +652,7 @@ class SQLiteStore:
             if c.execute(Q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
                 raise NotFoundError(f"dead letter {execution_id!r} not found")
             job_id = self._execution(c, execution_id).job_id
-            if _job(self._job_for_update(c, job_id)).status is JobStatus.CANCELLED:
+            if job_of(self._job_for_update(c, job_id)).status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled; its runs cannot be replayed")
             c.execute(Q["execution_replay"], {"id": execution_id, "now": self._now_us()})
             return self._execution(c, execution_id)
@@ -667,7 +665,7 @@ class SQLiteStore:
     def job_events(self, job_id: str) -> list[JobEvent]:
         with self._read() as c:
             return [
-                JobEvent(from_us(r["at"]), JobEventKind(r["kind"]), _schedule(r))
+                JobEvent(from_us(r["at"]), JobEventKind(r["kind"]), schedule_of(r))
                 for r in c.execute(Q["job_events"], {"job_id": job_id})
             ]
 
@@ -698,11 +696,11 @@ class SQLiteStore:
     def api_key_by_hash(self, key_hash: str) -> ApiKey | None:
         with self._read() as c:
             row = c.execute(Q["api_key_by_hash"], {"key_hash": key_hash}).fetchone()
-        return _api_key(row) if row else None
+        return api_key_of(row) if row else None
 
     def api_key_list(self) -> list[ApiKey]:
         with self._read() as c:
-            return [_api_key(r) for r in c.execute(Q["api_key_list"])]
+            return [api_key_of(r) for r in c.execute(Q["api_key_list"])]
 
     def api_key_revoke(self, key_id: str) -> bool:
         with self._tx() as c:
@@ -775,7 +773,7 @@ class SQLiteStore:
             for r in rows:
                 first_dispatch = r["attempt"] == 0 and r["trigger"] == Trigger.SCHEDULE.value
                 plan = plan_dispatch(
-                    schedule=_schedule(r),
+                    schedule=schedule_of(r),
                     misfire=MisfirePolicy(r["misfire"]),
                     catchup_window=r["catchup_window"],
                     jitter=r["jitter"],
@@ -786,7 +784,7 @@ class SQLiteStore:
                     now=now,
                     window=params.window,
                     misfire_grace=params.misfire_grace,
-                    next_recorded=_opt_dt(r["next_recorded"]),
+                    next_recorded=opt_dt(r["next_recorded"]),
                 )
                 if plan.current.run:
                     to_queue.append(r["id"])
@@ -819,7 +817,7 @@ class SQLiteStore:
                 head: datetime | None = run.scheduled_for
                 if run.id not in inserted:  # the fire time has a run already: plan past it
                     head = self._plan_head(
-                        c, r["job_id"], r["shard"], _schedule(r), r["jitter"], r["priority"], head
+                        c, r["job_id"], r["shard"], schedule_of(r), r["jitter"], r["priority"], head
                     )
                 head_updates.append(
                     {
@@ -845,10 +843,10 @@ class SQLiteStore:
             for r in rows:
                 if r["has_next_run"]:
                     continue
-                schedule = _schedule(r)
-                start = _opt_dt(r["next_fire_at"])
+                schedule = schedule_of(r)
+                start = opt_dt(r["next_fire_at"])
                 if start is None:
-                    latest = _opt_dt(r["latest_fire"])
+                    latest = opt_dt(r["latest_fire"])
                     start = schedule.next_fire_after(max(latest, now) if latest else now)
                 self._replan(c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], start)
                 repaired.append(r["id"])
@@ -865,7 +863,7 @@ class SQLiteStore:
         """One range read per shard on executions_dispatch, from the cursor's (due_at, id) on, so
         a page costs its own rows, not the backlog's."""
         now = self.now()
-        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else _MAX_US
+        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else MAX_US
         start = after.shard if after is not None else -1
         owned = sorted({s for s in shards if s in leases.epochs and s >= start})
         items: list[QueueItem] = []
@@ -874,7 +872,7 @@ class SQLiteStore:
             for shard in owned:
                 if len(items) >= limit:
                     break
-                after_due_at, after_id = -_MAX_US, ""  # from the shard's first run
+                after_due_at, after_id = -MAX_US, ""  # from the shard's first run
                 if after is not None and shard == after.shard:
                     after_due_at, after_id = to_us(after.due_at), after.execution_id
                 rows = c.execute(
@@ -1002,7 +1000,7 @@ class SQLiteStore:
                 )
             }
             plan = plan_claim(
-                [_claim_candidate(r) for r in rows.values()],
+                [claim_candidate(r) for r in rows.values()],
                 running,
                 newest_missed,
                 now,
@@ -1055,7 +1053,7 @@ class SQLiteStore:
             r = job_of[row["id"]]
             runs.append(
                 ClaimedRun(
-                    execution=_execution(row, ()),
+                    execution=execution_of(row, ()),
                     task=r["task"],
                     params=json.loads(r["params"]),
                     timeout=r["timeout"],
@@ -1238,10 +1236,10 @@ class SQLiteStore:
             tenants = [tenant] if tenant is not None else self._tenants(c)
             pages: list[list[str]] = []
             for owner in tenants:
-                ranges = [("", _TEXT_MAX)]
+                ranges = [("", TEXT_MAX)]
                 tasks: list[str] = []
                 if text:
-                    ranges = [(text.lower(), _prefix_end(text.lower()))]
+                    ranges = [(text.lower(), prefix_end(text.lower()))]
                     tasks = self._tasks_from(c, owner, text)
                 for state, (low, high) in itertools.product(statuses, ranges):
                     args = {"tenant": owner, "status": state.value, "limit": limit}
@@ -1251,14 +1249,14 @@ class SQLiteStore:
                     args = {"tenant": owner, "task": task, "status": state.value}
                     args |= {"id_from": id_from, "limit": limit}
                     pages.append([r[0] for r in c.execute(Q["job_search_ids_of_task"], args)])
-            ids = list(itertools.islice(_unique(heapq.merge(*pages)), limit))
-            return [_job(r) for r in c.execute(Q["jobs_by_ids"], {"ids": json.dumps(ids)})]
+            ids = list(itertools.islice(unique(heapq.merge(*pages)), limit))
+            return [job_of(r) for r in c.execute(Q["jobs_by_ids"], {"ids": json.dumps(ids)})]
 
     def _tenants(self, c: sqlite3.Connection) -> list[str]:
         """Every tenant that has a job, one index seek each."""
         found: list[str] = []
         while (
-            tenant := c.execute(Q["job_tenant_from"], {"from": _after(found)}).fetchone()[0]
+            tenant := c.execute(Q["job_tenant_from"], {"from": after_last(found)}).fetchone()[0]
         ) is not None:
             found.append(tenant)
         return found
@@ -1266,9 +1264,9 @@ class SQLiteStore:
     def _tasks_from(self, c: sqlite3.Connection, tenant: str, prefix: str) -> list[str]:
         """The first ``MAX_SEARCH_TASKS`` task names of ``tenant`` that start with ``prefix``."""
         found: list[str] = []
-        args = {"tenant": tenant, "to": _prefix_end(prefix)}
+        args = {"tenant": tenant, "to": prefix_end(prefix)}
         while len(found) < MAX_SEARCH_TASKS:
-            start = _after(found) if found else prefix
+            start = after_last(found) if found else prefix
             task = c.execute(Q["job_task_from"], {**args, "from": start}).fetchone()[0]
             if task is None:
                 break
@@ -1334,43 +1332,18 @@ class SQLiteStore:
     def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
         with self._read() as c:
             rows = c.execute(Q["execution_last_of_jobs"], {"ids": json.dumps(list(job_ids))})
-            return {r["job_id"]: _execution(r, ()) for r in rows}
+            return {r["job_id"]: execution_of(r, ()) for r in rows}
 
     def api_key_get(self, key_id: str) -> ApiKey | None:
         with self._read() as c:
             row = c.execute(Q["api_key_get"], {"id": key_id}).fetchone()
-        return _api_key(row) if row else None
+        return api_key_of(row) if row else None
 
     def secret_get_or_create(self, name: str, value: str) -> str:
         with self._tx() as c:
             c.execute(Q["secret_insert"], {"name": name, "value": value, "now": self._now_us()})
             stored: str = c.execute(Q["secret_get"], {"name": name}).fetchone()[0]
         return stored
-
-
-def _claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
-    return ClaimCandidate(
-        id=r["id"],
-        job_id=r["job_id"],
-        trigger=_TRIGGERS[r["trigger"]],
-        attempt=r["attempt"],
-        catchup=bool(r["catchup"]),
-        scheduled_for=from_us(r["scheduled_for"]),
-        due_at=from_us(r["due_at"]),
-        queued_at=_opt_dt(r["queued_at"]),
-        priority=r["priority"],
-        job_status=_JOB_STATUSES[r["job_status"]],
-        overlap=_OVERLAPS[r["overlap"]],
-        misfire=_MISFIRES[r["misfire"]],
-        catchup_window=r["catchup_window"],
-    )
-
-
-# Enum members by value: a dict look-up, where calling the enum costs a microsecond per row.
-_TRIGGERS = {t.value: t for t in Trigger}
-_JOB_STATUSES = {s.value: s for s in JobStatus}
-_OVERLAPS = {o.value: o for o in OverlapPolicy}
-_MISFIRES = {m.value: m for m in MisfirePolicy}
 
 
 def _open_error(path: Path, exc: sqlite3.Error | StoreWriteRefusedError) -> StoreOpenError:
@@ -1413,170 +1386,3 @@ def _reap_decision(r: sqlite3.Row, now_us: int) -> dict[str, Any]:
         "due_at": now_us + int(backoff_delay(retry, r["attempt"]) * 1_000_000),
         "reason": f"retry after attempt {r['attempt']} was lost",
     }
-
-
-def _fingerprint(new: NewJob) -> str:
-    """What a submission asks for, so that reusing its idempotency key for another is refused."""
-    described = dataclasses.asdict(dataclasses.replace(new, idempotency_key=None))
-    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
-
-
-# --- row mapping ------------------------------------------------------------------------------
-def _schedule_columns(schedule: Schedule) -> dict[str, Any]:
-    return {
-        "schedule_kind": schedule.kind.value,
-        "schedule_expression": schedule.expression,
-        "schedule_at": to_us(schedule.at) if schedule.at else None,
-        "timezone": schedule.timezone,
-    }
-
-
-def _policy_columns(
-    retry: RetryPolicy,
-    timeout: float | None,
-    overlap: OverlapPolicy,
-    misfire: MisfirePolicy,
-    priority: int,
-) -> dict[str, Any]:
-    return {
-        "max_attempts": retry.max_attempts,
-        "backoff_base": retry.backoff_base,
-        "backoff_cap": retry.backoff_cap,
-        "timeout": timeout,
-        "overlap": overlap.value,
-        "misfire": misfire.value,
-        "priority": priority,
-    }
-
-
-_SCHEDULES: dict[tuple[Any, ...], Schedule] = {}
-
-
-def _schedule(r: sqlite3.Row) -> Schedule:
-    """Rebuild a job's Schedule; cached, since a parsed cron expression is reused for every fire."""
-    key = (r["schedule_kind"], r["schedule_expression"], r["schedule_at"], r["timezone"])
-    schedule = _SCHEDULES.get(key)
-    if schedule is None:
-        if len(_SCHEDULES) > 100_000:
-            _SCHEDULES.clear()
-        schedule = _SCHEDULES[key] = Schedule(
-            kind=ScheduleKind(key[0]),
-            expression=key[1],
-            at=_opt_dt(key[2]),
-            timezone=key[3],
-        )
-    return schedule
-
-
-def _job(r: sqlite3.Row) -> Job:
-    return Job(
-        id=r["id"],
-        task=r["task"],
-        params=json.loads(r["params"]),
-        schedule=_schedule(r),
-        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
-        timeout=r["timeout"],
-        overlap=OverlapPolicy(r["overlap"]),
-        misfire=MisfirePolicy(r["misfire"]),
-        catchup_window=r["catchup_window"],
-        priority=r["priority"],
-        jitter=r["jitter"],
-        tenant=r["tenant"],
-        status=JobStatus(r["status"]),
-        next_fire_at=_opt_dt(r["next_fire_at"]),
-        shard=r["shard"],
-        created_at=from_us(r["created_at"]),
-        updated_at=from_us(r["updated_at"]),
-    )
-
-
-def _readable_job(r: sqlite3.Row) -> Job:
-    """The job of a row, checked as a submission is, for the API role's reads: a row written
-    behind onbeat's back raises UnreadableRecordError saying what in it is wrong."""
-    try:
-        job = _job(r)
-        validation.check_job(job)
-    except ValidationError as exc:
-        raise UnreadableRecordError("job", r["id"], f"{exc.field} {exc.message}") from exc
-    except json.JSONDecodeError as exc:
-        raise UnreadableRecordError("job", r["id"], f"params is not JSON ({exc})") from exc
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise UnreadableRecordError("job", r["id"], str(exc)) from exc
-    return job
-
-
-def _api_key(r: sqlite3.Row) -> ApiKey:
-    return ApiKey(
-        id=r["id"],
-        tenant=r["tenant"],
-        role=Role(r["role"]),
-        created_at=from_us(r["created_at"]),
-        revoked_at=_opt_dt(r["revoked_at"]),
-    )
-
-
-def _attempt(a: sqlite3.Row) -> Attempt:
-    return Attempt(
-        attempt=a["attempt"],
-        worker=a["worker"],
-        fencing_token=a["fencing_token"],
-        started_at=from_us(a["started_at"]),
-        finished_at=_opt_dt(a["finished_at"]),
-        outcome=AttemptOutcome(a["outcome"]),
-        error=a["error"],
-    )
-
-
-def _execution(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
-    return Execution(
-        id=r["id"],
-        job_id=r["job_id"],
-        shard=r["shard"],
-        trigger=Trigger(r["trigger"]),
-        scheduled_for=from_us(r["scheduled_for"]),
-        due_at=from_us(r["due_at"]),
-        status=ExecutionStatus(r["status"]),
-        attempt=r["attempt"],
-        priority=r["priority"],
-        lease_owner=r["lease_owner"],
-        lease_expires_at=_opt_dt(r["lease_expires_at"]),
-        fencing_token=r["fencing_token"],
-        result=json.loads(r["result"]) if r["result"] is not None else None,
-        last_error=r["last_error"],
-        reason=r["reason"],
-        created_at=from_us(r["created_at"]),
-        started_at=_opt_dt(r["started_at"]),
-        finished_at=_opt_dt(r["finished_at"]),
-        attempts=attempts,
-        catchup=bool(r["catchup"]),
-    )
-
-
-_TEXT_MAX = "\U0010ffff"
-"""Above every id and name the dashboard searches (the greatest code point)."""
-
-
-def _prefix_end(prefix: str) -> str:
-    """A string above every string that starts with ``prefix`` (non-empty) and below every other
-    string above them: its last character, one code point up (SQLite compares UTF-8 bytes, which
-    sort as code points do)."""
-    stem = prefix.rstrip(_TEXT_MAX)
-    if not stem:  # only the greatest code point: nothing sorts after its own extensions
-        return prefix + _TEXT_MAX * 64
-    following = ord(stem[-1]) + 1
-    if 0xD800 <= following <= 0xDFFF:  # surrogates are not text
-        following = 0xE000
-    return stem[:-1] + chr(following)
-
-
-def _after(found: Sequence[str]) -> str:
-    """The least string after the last of ``found`` ("" for none)."""
-    return found[-1] + "\0" if found else ""
-
-
-def _unique(ordered: Iterable[str]) -> Iterator[str]:
-    previous = None
-    for item in ordered:
-        if item != previous:
-            yield item
-        previous = item

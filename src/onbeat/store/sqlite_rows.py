@@ -1,0 +1,240 @@
+"""How SQLiteStore's rows map to onbeat's records and back: times as integer microseconds (UTC),
+enums by value, a job's columns, and the small helpers of its keyset reads. Pure functions, no
+connection: ``store/sqlite.py`` holds the transactions."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from onbeat import validation
+from onbeat.auth import ApiKey, Role
+from onbeat.errors import UnreadableRecordError, ValidationError
+from onbeat.model import (
+    Attempt,
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    MisfirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+    Trigger,
+)
+from onbeat.plan import ClaimCandidate
+from onbeat.schedule import Schedule, ScheduleKind
+from onbeat.store.base import NewJob
+
+
+def to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def from_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def opt_dt(us: int | None) -> datetime | None:
+    return None if us is None else from_us(us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_US = 2**62
+"""Beyond any time in microseconds: an open end of a time range."""
+
+
+def claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
+    return ClaimCandidate(
+        id=r["id"],
+        job_id=r["job_id"],
+        trigger=_TRIGGERS[r["trigger"]],
+        attempt=r["attempt"],
+        catchup=bool(r["catchup"]),
+        scheduled_for=from_us(r["scheduled_for"]),
+        due_at=from_us(r["due_at"]),
+        queued_at=opt_dt(r["queued_at"]),
+        priority=r["priority"],
+        job_status=_JOB_STATUSES[r["job_status"]],
+        overlap=_OVERLAPS[r["overlap"]],
+        misfire=_MISFIRES[r["misfire"]],
+        catchup_window=r["catchup_window"],
+    )
+
+
+# Enum members by value: a dict look-up, where calling the enum costs a microsecond per row.
+_TRIGGERS = {t.value: t for t in Trigger}
+_JOB_STATUSES = {s.value: s for s in JobStatus}
+_OVERLAPS = {o.value: o for o in OverlapPolicy}
+_MISFIRES = {m.value: m for m in MisfirePolicy}
+
+
+def fingerprint(new: NewJob) -> str:
+    """What a submission asks for, so that reusing its idempotency key for another is refused."""
+    described = dataclasses.asdict(dataclasses.replace(new, idempotency_key=None))
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def schedule_columns(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "schedule_kind": schedule.kind.value,
+        "schedule_expression": schedule.expression,
+        "schedule_at": to_us(schedule.at) if schedule.at else None,
+        "timezone": schedule.timezone,
+    }
+
+
+def policy_columns(
+    retry: RetryPolicy,
+    timeout: float | None,
+    overlap: OverlapPolicy,
+    misfire: MisfirePolicy,
+    priority: int,
+) -> dict[str, Any]:
+    return {
+        "max_attempts": retry.max_attempts,
+        "backoff_base": retry.backoff_base,
+        "backoff_cap": retry.backoff_cap,
+        "timeout": timeout,
+        "overlap": overlap.value,
+        "misfire": misfire.value,
+        "priority": priority,
+    }
+
+
+_SCHEDULES: dict[tuple[Any, ...], Schedule] = {}
+
+
+def schedule_of(r: sqlite3.Row) -> Schedule:
+    """Rebuild a job's Schedule; cached, since a parsed cron expression is reused for every fire."""
+    key = (r["schedule_kind"], r["schedule_expression"], r["schedule_at"], r["timezone"])
+    schedule = _SCHEDULES.get(key)
+    if schedule is None:
+        if len(_SCHEDULES) > 100_000:
+            _SCHEDULES.clear()
+        schedule = _SCHEDULES[key] = Schedule(
+            kind=ScheduleKind(key[0]),
+            expression=key[1],
+            at=opt_dt(key[2]),
+            timezone=key[3],
+        )
+    return schedule
+
+
+def job_of(r: sqlite3.Row) -> Job:
+    return Job(
+        id=r["id"],
+        task=r["task"],
+        params=json.loads(r["params"]),
+        schedule=schedule_of(r),
+        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+        timeout=r["timeout"],
+        overlap=OverlapPolicy(r["overlap"]),
+        misfire=MisfirePolicy(r["misfire"]),
+        catchup_window=r["catchup_window"],
+        priority=r["priority"],
+        jitter=r["jitter"],
+        tenant=r["tenant"],
+        status=JobStatus(r["status"]),
+        next_fire_at=opt_dt(r["next_fire_at"]),
+        shard=r["shard"],
+        created_at=from_us(r["created_at"]),
+        updated_at=from_us(r["updated_at"]),
+    )
+
+
+def readable_job(r: sqlite3.Row) -> Job:
+    """The job of a row, checked as a submission is, for the API role's reads: a row written
+    behind onbeat's back raises UnreadableRecordError saying what in it is wrong."""
+    try:
+        job = job_of(r)
+        validation.check_job(job)
+    except ValidationError as exc:
+        raise UnreadableRecordError("job", r["id"], f"{exc.field} {exc.message}") from exc
+    except json.JSONDecodeError as exc:
+        raise UnreadableRecordError("job", r["id"], f"params is not JSON ({exc})") from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise UnreadableRecordError("job", r["id"], str(exc)) from exc
+    return job
+
+
+def api_key_of(r: sqlite3.Row) -> ApiKey:
+    return ApiKey(
+        id=r["id"],
+        tenant=r["tenant"],
+        role=Role(r["role"]),
+        created_at=from_us(r["created_at"]),
+        revoked_at=opt_dt(r["revoked_at"]),
+    )
+
+
+def attempt_of(a: sqlite3.Row) -> Attempt:
+    return Attempt(
+        attempt=a["attempt"],
+        worker=a["worker"],
+        fencing_token=a["fencing_token"],
+        started_at=from_us(a["started_at"]),
+        finished_at=opt_dt(a["finished_at"]),
+        outcome=AttemptOutcome(a["outcome"]),
+        error=a["error"],
+    )
+
+
+def execution_of(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
+    return Execution(
+        id=r["id"],
+        job_id=r["job_id"],
+        shard=r["shard"],
+        trigger=Trigger(r["trigger"]),
+        scheduled_for=from_us(r["scheduled_for"]),
+        due_at=from_us(r["due_at"]),
+        status=ExecutionStatus(r["status"]),
+        attempt=r["attempt"],
+        priority=r["priority"],
+        lease_owner=r["lease_owner"],
+        lease_expires_at=opt_dt(r["lease_expires_at"]),
+        fencing_token=r["fencing_token"],
+        result=json.loads(r["result"]) if r["result"] is not None else None,
+        last_error=r["last_error"],
+        reason=r["reason"],
+        created_at=from_us(r["created_at"]),
+        started_at=opt_dt(r["started_at"]),
+        finished_at=opt_dt(r["finished_at"]),
+        attempts=attempts,
+        catchup=bool(r["catchup"]),
+    )
+
+
+TEXT_MAX = "\U0010ffff"
+"""Above every id and name the dashboard searches (the greatest code point)."""
+
+
+def prefix_end(prefix: str) -> str:
+    """A string above every string that starts with ``prefix`` (non-empty) and below every other
+    string above them: its last character, one code point up (SQLite compares UTF-8 bytes, which
+    sort as code points do)."""
+    stem = prefix.rstrip(TEXT_MAX)
+    if not stem:  # only the greatest code point: nothing sorts after its own extensions
+        return prefix + TEXT_MAX * 64
+    following = ord(stem[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are not text
+        following = 0xE000
+    return stem[:-1] + chr(following)
+
+
+def after_last(found: Sequence[str]) -> str:
+    """The least string after the last of ``found`` ("" for none)."""
+    return found[-1] + "\0" if found else ""
+
+
+def unique(ordered: Iterable[str]) -> Iterator[str]:
+    previous = None
+    for item in ordered:
+        if item != previous:
+            yield item
+        previous = item
