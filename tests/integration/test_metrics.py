@@ -69,3 +69,14 @@ async def test_metrics__shards_held_and_taken_over(node: Node) -> None:
     assert value(m, "onbeat_shard_takeovers_total") == 4
     await node.scheduler.renew_shards()
     assert value(m, "onbeat_shard_takeovers_total") == 4  # a renewal is no takeover
+
+
+async def test_metrics__no_job_or_execution_id_reaches_a_label(node: Node) -> None:
+    jobs = [node.app.schedule(task) for task in ("record", "arecord", "fail")]
+    await node.step()
+    text = node.worker.metrics.exposition().decode() + node.scheduler.metrics.exposition().decode()
+    assert 'task="arecord"' in text
+    for job in jobs:
+        assert job.id not in text
+        for execution in node.app.list_executions(job.id):
+            assert execution.id not in text
