@@ -9,6 +9,7 @@ import signal
 import sys
 
 from onbeat.app import App
+from onbeat.metrics import Metrics
 from onbeat.queue import open_queue
 from onbeat.scheduler import Scheduler
 from onbeat.worker import Worker
@@ -20,8 +21,13 @@ class Node:
     def __init__(self, app: App) -> None:
         self.app = app
         self.queue = open_queue(app.settings.queue_url, app.clock)
-        self.scheduler = Scheduler(app.store, self.queue, app.settings, app.clock)
-        self.worker = Worker(app.store, self.queue, app.registry, app.settings, app.clock)
+        self.metrics = Metrics()
+        self.scheduler = Scheduler(
+            app.store, self.queue, app.settings, app.clock, metrics=self.metrics
+        )
+        self.worker = Worker(
+            app.store, self.queue, app.registry, app.settings, app.clock, metrics=self.metrics
+        )
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
         app.on_submit(self.scheduler.wake)
@@ -34,7 +40,11 @@ class Node:
         if listen is not None:
             from onbeat.api.server import serve_api
 
-            services.append(serve_api(self.app, *listen, ready=self.api_ready, stop=self.stop))
+            services.append(
+                serve_api(
+                    self.app, *listen, ready=self.api_ready, stop=self.stop, metrics=self.metrics
+                )
+            )
         tasks = [asyncio.create_task(service) for service in services]
         try:
             await asyncio.gather(*tasks)

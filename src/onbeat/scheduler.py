@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from onbeat.clock import Clock
+from onbeat.metrics import Metrics
 from onbeat.model import ExecutionStatus
 from onbeat.queue.base import DelayQueue, QueueItem
 from onbeat.settings import Settings
@@ -66,9 +67,11 @@ class Scheduler:
         settings: Settings,
         clock: Clock,
         owner: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.queue = queue
+        self.metrics = metrics or Metrics()
         self.settings = settings
         self.clock = clock
         self.owner = owner or process_name("scheduler")
@@ -102,8 +105,10 @@ class Scheduler:
             self.store.shard_acquire, self.owner, self.settings.shard_lease_ttl
         )
         self.started.set()
+        self.metrics.shards_held.set(len(self.leases.epochs))
         if self.leases.acquired:
             self.stats.shards_taken += len(self.leases.acquired)
+            self.metrics.shard_takeovers.inc(len(self.leases.acquired))
             log.info("%s took shards %s", self.owner, sorted(self.leases.acquired))
             # A shard's previous owner may have queued runs into a queue that has since lost them
             # (an in-process queue dies with its process): check all of them now, before this
@@ -178,6 +183,7 @@ class Scheduler:
         if lacking:
             await self.queue.enqueue([item for item in page.items if item.execution_id in lacking])
         self.stats.swept += len(lacking)
+        self.metrics.sweep_reenqueued.inc(len(lacking))
         return len(lacking), page.resume
 
     async def reap(self) -> int:
@@ -200,7 +206,16 @@ class Scheduler:
                     execution.id,
                     execution.attempt,
                     execution.status.value,
+                    extra={
+                        "execution_id": execution.id,
+                        "job_id": execution.job_id,
+                        "attempt": execution.attempt,
+                        "fencing_token": execution.fencing_token,
+                    },
                 )
+                if execution.status is ExecutionStatus.FAILED:
+                    self.metrics.dead_letters.inc()
+            self.metrics.lease_expiries.inc(len(reaped))
             total += len(reaped)
             if len(reaped) < REAP_BATCH:
                 break
@@ -216,8 +231,13 @@ class Scheduler:
                 self.store.job_repair_next_runs, self.leases, cursor, 1000
             )
             for job_id in fixed:
-                log.error("job %s had no planned next run; planned it (reconciler)", job_id)
+                log.error(
+                    "job %s had no planned next run; planned it (reconciler)",
+                    job_id,
+                    extra={"job_id": job_id},
+                )
             repaired += len(fixed)
+            self.metrics.reconciler_repairs.inc(len(fixed))
             if next_cursor is None:
                 break
             cursor = next_cursor
@@ -242,6 +262,7 @@ class Scheduler:
                 loop.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await asyncio.to_thread(self.store.shard_release, self.owner)
+            self.metrics.shards_held.set(0)
 
     async def _every(
         self,

@@ -42,13 +42,15 @@ class Node:
 
 
 @contextlib.contextmanager
-def running_node(tmp: Path) -> Iterator[Node]:
+def running_node(tmp: Path, log_level: str = "WARNING") -> Iterator[Node]:
     """``onbeat up --app tests.cli.cli_app:app`` on a free port, until the block ends; waits for
-    its "onbeat API:" line (with a deadline), stops it with SIGTERM."""
+    its "onbeat API:" line (with a deadline), stops it with SIGTERM. Its stderr (the log) goes to
+    ``tmp / "node.log"``."""
     port = free_port()
     database_url = f"sqlite:///{tmp / 'onbeat.db'}"
     env = {**base_env(), "ONBEAT_POLL_INTERVAL": "0.05", "ONBEAT_SHUTDOWN_GRACE": "1"}
     command = [sys.executable, "-m", "onbeat", "up", "--app", APP, "--port", str(port)]
+    command += ["--log-level", log_level]
     with (tmp / "node.log").open("wb") as log:
         process = subprocess.Popen(
             [*command, "--database-url", database_url],

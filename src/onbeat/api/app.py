@@ -12,13 +12,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from onbeat.api.auth import SCHEME_NAME, AuthMiddleware, is_public, is_write
-from onbeat.api.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
+from onbeat.api.middleware import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodyLimitMiddleware,
+    RequestTimingMiddleware,
+)
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
 from onbeat.api.routes import dead_letters, executions, jobs, meta
 from onbeat.app import App
+from onbeat.metrics import CONTENT_TYPE, Metrics
 
 API_PREFIX = "/api/v1"
 
@@ -27,10 +32,15 @@ def create_app(
     onbeat_app: App,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The API for ``onbeat_app``: routes under ``/api/v1``, the OpenAPI spec at
     ``/openapi.json``, docs at ``/docs``, and the web dashboard (``onbeat.dashboard``) at ``/``.
-    Request bodies over ``max_bytes`` are refused (413) before they are parsed."""
+    Request bodies over ``max_bytes`` are refused (413) before they are parsed.
+
+    ``GET /metrics`` serves ``metrics`` (the node's; a registry of the API's own if None) in the
+    Prometheus text format, behind the same keys as the API: any valid key may read it, and
+    while no key exists it is as open as the API (loopback only, enforced by ``onbeat up``)."""
     api = _OnbeatAPI(
         title="onbeat",
         version="1",
@@ -42,12 +52,24 @@ def create_app(
     api.state.onbeat = onbeat_app
     for module in (jobs, executions, dead_letters, meta):
         api.include_router(module.router, prefix=API_PREFIX)
+    served = metrics or Metrics()
+
+    @api.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        return Response(served.exposition(), media_type=CONTENT_TYPE)
+
     install_problem_handlers(api)
     api.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     api.add_middleware(AuthMiddleware, onbeat=onbeat_app)  # before the body is read
     from onbeat.dashboard import DashboardFirst  # imported here: the dashboard imports onbeat.api
 
     api.add_middleware(DashboardFirst, onbeat=onbeat_app)  # the web UI at /, with its own sessions
+    prefixes = {
+        id(route): API_PREFIX
+        for module in (jobs, executions, dead_letters, meta)
+        for route in module.router.routes
+    }
+    api.add_middleware(RequestTimingMiddleware, metrics=served, prefixes=prefixes)  # outermost
     return api
 
 

@@ -141,7 +141,8 @@ class AuthMiddleware:
         except ProblemError as exc:
             await _send_problem(send, exc)
             return
-        await self.app({**scope, _SCOPE_KEY: caller}, receive, send)
+        scope[_SCOPE_KEY] = caller  # in place: RequestTimingMiddleware reads the route back
+        await self.app(scope, receive, send)
 
 
 async def current_caller(request: Request) -> Caller:

@@ -1,10 +1,15 @@
-"""A request-body cap applied before anything parses the body."""
+"""ASGI middleware of the API: a request-body cap applied before anything parses the body, and
+request timing for the latency histogram."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, FieldError, problem_body
+from onbeat.metrics import Metrics
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
@@ -71,3 +76,33 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class RequestTimingMiddleware:
+    """Observe every HTTP request's latency in ``onbeat_api_request_duration_seconds``, labelled
+    by its route template (``/api/v1/jobs/{job_id}``, never the path itself, so that ids do not
+    become label values) and method. A path no route matches (the dashboard's included) is
+    labelled ``other``."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, prefixes: Mapping[int, str]) -> None:
+        """``prefixes``: id(route) -> the prefix of the router it was included with (the route
+        itself knows only its path within that router)."""
+        self.app = app
+        self.metrics = metrics
+        self.prefixes = prefixes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            # The router records the route it matched in the scope (the middlewares between
+            # here and the router pass that same scope on, never a copy).
+            route = scope.get("route")
+            template = self.prefixes.get(id(route), "") + getattr(route, "path", "other")
+            self.metrics.api_request_duration.labels(template, scope["method"]).observe(
+                time.perf_counter() - started
+            )

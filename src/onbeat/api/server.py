@@ -11,6 +11,7 @@ import uvicorn
 
 from onbeat.api.app import create_app
 from onbeat.app import App
+from onbeat.metrics import Metrics
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -37,12 +38,13 @@ async def serve_api(
     port: int = 8000,
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
+    metrics: Metrics | None = None,
 ) -> None:
     """Serve the API of ``onbeat_app`` on ``host:port`` in the running event loop until ``stop`` is
     set (or the task is cancelled), then close the listener and let in-flight requests finish.
     ``ready`` is set once the socket listens. Raises OSError if it cannot listen (port in use)."""
     config = uvicorn.Config(
-        create_app(onbeat_app),
+        create_app(onbeat_app, metrics=metrics),
         host=host,
         port=port,
         lifespan="off",

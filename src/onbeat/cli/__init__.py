@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
 from onbeat.errors import OnbeatError
+from onbeat.logs import configure_logging
 
 
 class OnbeatGroup(click.Group):
@@ -24,9 +23,7 @@ class OnbeatGroup(click.Group):
 @click.option("--log-level", default="INFO", envvar="ONBEAT_LOG_LEVEL", show_default=True)
 def main(log_level: str) -> None:
     """onbeat: a distributed job scheduler."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
 
 
 from onbeat.cli import node, remote  # noqa: E402,F401  (registers their commands on main)

@@ -13,6 +13,7 @@ import click
 
 from onbeat.app import App
 from onbeat.cli import OnbeatGroup, main
+from onbeat.logs import configure_logging
 
 
 def load_app(spec: str, database_url: str | None) -> App:
@@ -58,6 +59,12 @@ def load_app(spec: str, database_url: str | None) -> App:
     help="Where sync tasks run (overrides ONBEAT_POOL; default threads). Hard timeouts and crash "
     "isolation need processes: see docs/executors.md.",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default=None,
+    help="Overrides `onbeat --log-level`. Logs go to stderr: JSON lines unless it is a terminal.",
+)
 def up(
     app_spec: str,
     database_url: str | None,
@@ -66,9 +73,13 @@ def up(
     insecure: bool,
     no_api: bool,
     pool: Literal["threads", "processes"] | None,
+    log_level: str | None,
 ) -> None:
     """Run the embedded node: REST API, scheduler and workers in one process."""
     from onbeat.node import serve
+
+    if log_level is not None:
+        configure_logging(log_level)
 
     app = load_app(app_spec, database_url)
     app.store  # noqa: B018  (opened now: a store that cannot be opened is one line, not a traceback)

@@ -26,6 +26,8 @@ from typing import Any
 
 from onbeat.clock import Clock
 from onbeat.errors import TaskAborted, TaskCrashed, TaskNotFoundError, TaskTimeout
+from onbeat.metrics import Metrics
+from onbeat.model import Execution
 from onbeat.queue.base import DelayQueue
 from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
@@ -86,10 +88,12 @@ class Worker:
         settings: Settings,
         clock: Clock,
         owner: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.queue = queue
         self.registry = registry
+        self.metrics = metrics or Metrics()
         self.settings = settings
         self.on_runs_woken: Callable[[], None] | None = None
         """Called after outcomes are written while runs wait for a predecessor (the embedded node
@@ -136,6 +140,7 @@ class Worker:
 
     def _count_stall(self) -> None:
         self.stats.loop_stalls += 1
+        self.metrics.loop_stalls.inc()
 
     def _describe_run(self, execution_id: str) -> str:
         """For the watchdog's log; called from its thread."""
@@ -202,6 +207,12 @@ class Worker:
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
         self.stats.started += len(started)
+        self.metrics.runs_in_flight.set(len(self._held))
+        now = self.clock.now()
+        for held in started:
+            ex = held.run.execution
+            self.metrics.start_delay.observe(max(0.0, (now - ex.due_at).total_seconds()))
+            log.info("execution started", extra=run_fields(ex, task=held.run.task))
 
     async def _hold_unstarted(self, claiming: asyncio.Future[ClaimResult]) -> None:
         """The worker is stopping in the middle of a claim, which commits all the same: hold what
@@ -220,10 +231,17 @@ class Worker:
         that already finished is only forgotten: writing its outcome tells whether it counts."""
         with self._held_lock:
             held = self._held.pop(execution_id, None)
+        self.metrics.runs_in_flight.set(len(self._held))
         if held is None or held.task is None or held.task.done():
             return
-        log.warning("execution %s: stopping local run, %s", execution_id, why)
+        log.warning(
+            "execution %s: stopping local run, %s",
+            execution_id,
+            why,
+            extra=run_fields(held.run.execution),
+        )
         self.stats.fenced += 1
+        self.metrics.fenced.inc()
         held.task.cancel()
 
     def _run_done(self, _: asyncio.Task[None]) -> None:
@@ -252,10 +270,14 @@ class Worker:
             logger=logging.getLogger(f"onbeat.task.{run.task}"),
         )
         timed_out = False
+        started = self.clock.monotonic()
         try:
             task = self.registry.get(run.task)
             executor = self._async_executor if task.is_async else self._sync_executor
-            result = await executor.run(task, ctx, run.params, run.timeout)
+            try:
+                result = await executor.run(task, ctx, run.params, run.timeout)
+            finally:
+                self.metrics.run_duration.labels(run.task).observe(self.clock.monotonic() - started)
             return Completion(ex.id, ex.fencing_token, succeeded=True, result=stored_result(result))
         except TaskTimeout:
             timed_out = True
@@ -308,24 +330,49 @@ class Worker:
             self._waiting_jobs -= ended_jobs
             if self.on_runs_woken is not None:
                 self.on_runs_woken()
+        runs: dict[str, ClaimedRun] = {}
         with self._held_lock:  # written (or refused): no longer held, so no longer heartbeated
             for done in batch:
                 held = self._held.get(done.execution_id)
                 if held is not None and held.token == done.fencing_token:
+                    runs[done.execution_id] = held.run
                     del self._held[done.execution_id]
+        self.metrics.runs_in_flight.set(len(self._held))
         for done in batch:
+            run = runs.get(done.execution_id)
+            fields = run_fields(run.execution, task=run.task) if run else {}
+            fields |= {"execution_id": done.execution_id, "fencing_token": done.fencing_token}
             if done.execution_id not in accepted:
                 self.stats.fenced += 1
+                self.metrics.fenced.inc()
                 log.warning(
                     "execution %s: outcome with fencing token %d discarded, the lease was lost",
                     done.execution_id,
                     done.fencing_token,
+                    extra=fields,
                 )
-            elif done.succeeded:
+                continue
+            if done.succeeded:
                 self.stats.succeeded += 1
             else:
                 self.stats.failed += 1
+            self._count_outcome(done, run.task if run else "unknown", fields)
         return True
+
+    def _count_outcome(self, done: Completion, task: str, fields: dict[str, Any]) -> None:
+        """Metrics and the state-change log line of an outcome the store accepted."""
+        if done.succeeded:
+            self.metrics.executions.labels(task, "succeeded").inc()
+            log.info("execution succeeded", extra=fields)
+        elif done.retry_in is not None:
+            self.metrics.retries.labels(task).inc()
+            log.info(
+                "execution failed; retrying in %ss: %s", done.retry_in, done.error, extra=fields
+            )
+        else:
+            self.metrics.executions.labels(task, "failed").inc()
+            self.metrics.dead_letters.inc()
+            log.warning("execution failed; dead-lettered: %s", done.error, extra=fields)
 
     # --- leases -----------------------------------------------------------------------------
     def _held_leases(self) -> HeldLeases:
@@ -422,6 +469,7 @@ class Worker:
         await self.flush()
         with self._held_lock:
             leftover, self._held = self._held, {}
+        self.metrics.runs_in_flight.set(0)
         for held in leftover.values():
             if held.task is not None:
                 held.task.cancel()
@@ -436,6 +484,17 @@ class Worker:
         self._watchdog.stop()
         await self._async_executor.close()
         await self._sync_executor.close()
+
+
+def run_fields(execution: Execution, **more: Any) -> dict[str, Any]:
+    """The fields every state-change log line of a run carries (see ``onbeat.logs``)."""
+    return {
+        "execution_id": execution.id,
+        "job_id": execution.job_id,
+        "attempt": execution.attempt,
+        "fencing_token": execution.fencing_token,
+        **more,
+    }
 
 
 def stored_result(value: Any) -> Any:

@@ -1,0 +1,99 @@
+"""Prometheus metrics of one onbeat process (``prometheus_client``), served at ``/metrics``.
+
+Each :class:`Metrics` owns its own registry, not the library's global one, so two nodes in one
+process (or two tests) never share counts. Labels are bounded: task names, final statuses, route
+templates and methods; never a job, execution or key id.
+
+Not counted yet: skipped fire times by reason (the store decides skips inside dispatch and claim
+and does not return them; it needs a store change) and queue depth per priority. Worker-only
+processes (issue 7) are to expose theirs on a port of their own.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    """Every metric a node exposes, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.start_delay = Histogram(
+            "onbeat_start_delay_seconds",
+            "Time from a run's due time to its start by a worker.",
+            buckets=DELAY_BUCKETS,
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            "onbeat_run_duration_seconds",
+            "Time a run's task took, whatever its outcome.",
+            ["task"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.executions = Counter(
+            "onbeat_executions",
+            "Executions finished, by final status (succeeded, or failed: dead-lettered).",
+            ["task", "status"],
+            registry=r,
+        )
+        self.runs_in_flight = Gauge(
+            "onbeat_runs_in_flight", "Runs this worker holds the lease of.", registry=r
+        )
+        self.retries = Counter(
+            "onbeat_retries", "Failed attempts scheduled to run again.", ["task"], registry=r
+        )
+        self.lease_expiries = Counter(
+            "onbeat_lease_expiries",
+            "Running executions whose lease expired, taken back by the reaper (rescues).",
+            registry=r,
+        )
+        self.fenced = Counter(
+            "onbeat_fenced_results_discarded",
+            "Runs stopped or outcomes refused because their lease had been taken away.",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "onbeat_dead_letters", "Executions that exhausted their attempts.", registry=r
+        )
+        self.reconciler_repairs = Counter(
+            "onbeat_reconciler_repairs",
+            "Active cron jobs found without a planned next run, and repaired.",
+            registry=r,
+        )
+        self.shard_takeovers = Counter(
+            "onbeat_shard_takeovers", "Shard leases this scheduler acquired.", registry=r
+        )
+        self.shards_held = Gauge(
+            "onbeat_shards_held", "Shards this scheduler holds the lease of.", registry=r
+        )
+        self.sweep_reenqueued = Counter(
+            "onbeat_sweep_reenqueued",
+            "Queued runs the sweep handed to the delay queue again (the queue had lost them).",
+            registry=r,
+        )
+        self.loop_stalls = Counter(
+            "onbeat_event_loop_stalls",
+            "Times the event loop did not answer the watchdog in time.",
+            registry=r,
+        )
+        self.api_request_duration = Histogram(
+            "onbeat_api_request_duration_seconds",
+            "HTTP request latency, by route template and method.",
+            ["route", "method"],
+            buckets=API_BUCKETS,
+            registry=r,
+        )
+
+    def exposition(self) -> bytes:
+        """The text exposition format of every metric here."""
+        return generate_latest(self.registry)

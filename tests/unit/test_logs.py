@@ -1,0 +1,64 @@
+"""The log formats: JSON lines off a terminal, text with key=value fields on one."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from onbeat.logs import configure_logging
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+RUN = {"execution_id": "ex_1", "job_id": "job_1", "attempt": 2, "fencing_token": 7}
+
+
+def test_not_a_terminal__one_json_object_a_line_with_the_run_fields() -> None:
+    out = io.StringIO()
+    configure_logging("info", out)
+    log = logging.getLogger("onbeat.test")
+    log.info("execution %s", "succeeded", extra=RUN)
+    log.debug("not at this level")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed")
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())  # tracebacks too
+    assert first == {
+        "time": first["time"],
+        "level": "info",
+        "logger": "onbeat.test",
+        "message": "execution succeeded",
+        **RUN,
+    }
+    assert first["time"].endswith("+00:00")
+    assert second["level"] == "error"
+    assert "ValueError: boom" in second["traceback"]
+    assert "execution_id" not in second
+
+
+def test_terminal__readable_text_with_the_fields_appended() -> None:
+    out = Terminal()
+    configure_logging("DEBUG", out)
+    logging.getLogger("onbeat.test").warning("lease lost", extra=RUN)
+    [line] = out.getvalue().splitlines()
+    assert " WARNING onbeat.test: lease lost  execution_id=ex_1 job_id=job_1 attempt=2" in line
+    assert line.endswith("fencing_token=7")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(line)
