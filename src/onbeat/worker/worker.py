@@ -319,17 +319,6 @@ class Worker:
             self._finished = batch + self._finished
             self._finished_ready.set()
             return False
-        with self._held_lock:
-            ended_jobs = {
-                held.run.execution.job_id
-                for done in batch
-                if (held := self._held.get(done.execution_id)) is not None
-            }
-        if self._waiting_jobs & ended_jobs:
-            # runs of these jobs waited for the runs just written, and are due now: dispatch them
-            self._waiting_jobs -= ended_jobs
-            if self.on_runs_woken is not None:
-                self.on_runs_woken()
         runs: dict[str, ClaimedRun] = {}
         with self._held_lock:  # written (or refused): no longer held, so no longer heartbeated
             for done in batch:
@@ -338,6 +327,12 @@ class Worker:
                     runs[done.execution_id] = held.run
                     del self._held[done.execution_id]
         self.metrics.runs_in_flight.set(len(self._held))
+        ended_jobs = {run.execution.job_id for run in runs.values()}
+        if self._waiting_jobs & ended_jobs:
+            # runs of these jobs waited for the runs just written, and are due now: dispatch them
+            self._waiting_jobs -= ended_jobs
+            if self.on_runs_woken is not None:
+                self.on_runs_woken()
         for done in batch:
             run = runs.get(done.execution_id)
             fields = run_fields(run.execution, task=run.task) if run else {}
