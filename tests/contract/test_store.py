@@ -14,6 +14,7 @@ import pytest
 
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
+from onbeat.testing.postgres import store_schema
 from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
@@ -41,15 +42,27 @@ def _url_factory(backend: str) -> StoreFactory:
     return open_fresh
 
 
+@contextmanager
+def _fresh_postgres(directory: Path, clock: FakeClock) -> Iterator[Store]:
+    with store_schema() as url:
+        store = open_store(url, clock, shard_count=SHARD_COUNT)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=[pytest.param("sqlite", id="sqlite")])
+@pytest.fixture(
+    params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres")]
+)
 def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
     backend: str = request.param
-    return _url_factory(backend)
+    return _fresh_postgres if backend == "postgres" else _url_factory(backend)
 
 
 @pytest.fixture

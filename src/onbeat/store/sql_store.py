@@ -15,15 +15,18 @@ says what each method guarantees.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
 import logging
+import random
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from onbeat.auth import ApiKey
 from onbeat.errors import (
@@ -101,6 +104,40 @@ from onbeat.store.rows import (
 )
 
 log = logging.getLogger("onbeat.store")
+
+
+MAX_CONFLICT_RETRIES = 5
+"""Times a transaction runs when the database aborts it for a conflict (a deadlock)."""
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_S = TypeVar("_S", bound="SQLStore")
+
+
+def retried(method: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
+    """Run a transaction again, after a short random pause, when the backend aborted it for a
+    conflict with another (``_retry_errors``): nothing of it was committed."""
+
+    @functools.wraps(method)
+    def run(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        for attempt in itertools.count(1):
+            try:
+                return method(self, *args, **kwargs)
+            except self._retry_errors:
+                if attempt == MAX_CONFLICT_RETRIES:
+                    raise
+                log.info(
+                    "%s conflicted with another transaction; running it again", method.__name__
+                )
+                time.sleep(random.uniform(0, 0.005 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    return run
+
+
+class _KeyTaken(Exception):
+    """A concurrent submission under the same idempotency key committed first."""
+
+
 IDEMPOTENCY_RETENTION = timedelta(days=1)
 Row = Any
 """A result row, read by column name (``row["id"]``) or position (``row[0]``)."""
@@ -130,6 +167,8 @@ class SQLStore:
 
     shard_count: int
     _q: Mapping[str, str]
+    _retry_errors: tuple[type[Exception], ...] = ()
+    """Errors by which the backend aborts a transaction for a conflict; it is run again."""
 
     # --- what a backend provides ------------------------------------------------------------
     def _tx(self) -> AbstractContextManager[Connection]:
@@ -146,12 +185,18 @@ class SQLStore:
     def _now_us(self) -> int:
         return to_us(self.now())
 
-    def _lock_jobs(self, c: Connection, job_ids: Iterable[str]) -> None:
-        """Serialise the decisions taken about these jobs' runs (a claim's overlap check) with
-        every other transaction that takes the same locks. A backend that serialises all writers
-        has nothing to do."""
+    def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
+        """Lock the jobs of these runs until commit, so decisions about one job's runs (a claim's
+        overlap check, an outcome that wakes the runs waiting for it) are taken one at a time.
+        Every transaction locks jobs before runs. A backend that serialises writers has nothing
+        to do."""
+
+    def _lock_shard_map(self, c: Connection) -> None:
+        """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
+        from them, one at a time across processes."""
 
     # --- API role ---------------------------------------------------------------------------
+    @retried
     def job_create(self, new: NewJob) -> CreatedJob:
         now = self.now()
         job_id = new_id()
@@ -170,27 +215,33 @@ class SQLStore:
             "shard": shard_of(job_id, self.shard_count),
             "now": to_us(now),
         }
-        with self._tx() as c:
-            # Looked up inside the writing transaction: two concurrent retries make one job.
-            replayed = self._idempotent_job(c, new, now) if new.idempotency_key else None
-            if replayed is not None:
-                return CreatedJob(replayed, replayed=True)
-            c.execute(self._q["job_insert"], row)
-            if new.idempotency_key is not None:
-                c.execute(
-                    self._q["idempotency_key_insert"],
-                    {
+        try:
+            with self._tx() as c:
+                replayed = self._idempotent_job(c, new, now) if new.idempotency_key else None
+                if replayed is not None:
+                    return CreatedJob(replayed, replayed=True)
+                c.execute(self._q["job_insert"], row)
+                if new.idempotency_key is not None:
+                    # The insert of the key decides: of concurrent submissions under one key,
+                    # the others wait for the first to commit and insert nothing.
+                    key = {
                         "tenant": new.tenant,
                         "key": new.idempotency_key,
                         "fingerprint": fingerprint(new),
                         "job_id": job_id,
                         "now": row["now"],
-                    },
-                )
-            self._event(c, job_id, JobEventKind.CREATED, row["now"])
-            if first:
-                self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
-            job = job_of(c.execute(self._q["job_get"], {"id": job_id}).fetchone())
+                    }
+                    if c.execute(self._q["idempotency_key_insert"], key).fetchone() is None:
+                        raise _KeyTaken
+                self._event(c, job_id, JobEventKind.CREATED, row["now"])
+                if first:
+                    self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
+                job = job_of(c.execute(self._q["job_get"], {"id": job_id}).fetchone())
+        except _KeyTaken:  # rolled back: the job is the one the first submission made
+            with self._tx() as c:
+                replayed = self._idempotent_job(c, new, now)
+            assert replayed is not None, "an idempotency key vanished while it was in use"
+            return CreatedJob(replayed, replayed=True)
         return CreatedJob(job, replayed=False)
 
     def _idempotent_job(self, c: Connection, new: NewJob, now: datetime) -> Job | None:
@@ -242,11 +293,12 @@ class SQLStore:
         return jobs
 
     def _job_for_update(self, c: Connection, job_id: str) -> Row:
-        row: Row | None = c.execute(self._q["job_get"], {"id": job_id}).fetchone()
+        row: Row | None = c.execute(self._q["job_get_for_update"], {"id": job_id}).fetchone()
         if row is None:
             raise NotFoundError(f"job {job_id!r} not found")
         return row
 
+    @retried
     def job_update(self, job_id: str, changes: JobChanges) -> Job:
         now = self.now()
         with self._tx() as c:
@@ -366,6 +418,7 @@ class SQLStore:
         audit computes a now-job's fire time from it)."""
         c.execute(self._q["job_event_insert"], {"id": job_id, "kind": kind.value, "now": at_us})
 
+    @retried
     def job_pause(self, job_id: str) -> Job:
         with self._tx() as c:
             job = job_of(self._job_for_update(c, job_id))
@@ -375,6 +428,7 @@ class SQLStore:
                 return job
             return self._set_status(c, job, JobStatus.PAUSED, JobEventKind.PAUSED)
 
+    @retried
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
         now = self.now()
         with self._tx() as c:
@@ -413,6 +467,7 @@ class SQLStore:
                 )
             return self._set_status(c, job, JobStatus.ACTIVE, JobEventKind.RESUMED)
 
+    @retried
     def job_cancel(self, job_id: str) -> Job:
         with self._tx() as c:
             job = job_of(self._job_for_update(c, job_id))
@@ -424,6 +479,7 @@ class SQLStore:
             )
             return self._set_status(c, job, JobStatus.CANCELLED, JobEventKind.CANCELLED)
 
+    @retried
     def job_run_now(self, job_id: str) -> Execution:
         now = self.now()
         with self._tx() as c:
@@ -570,6 +626,7 @@ class SQLStore:
                 for r in rows
             ]
 
+    @retried
     def dead_letter_replay(self, execution_id: str) -> Execution:
         with self._tx() as c:
             if c.execute(self._q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
@@ -638,11 +695,13 @@ class SQLStore:
         return count
 
     # --- scheduler role ---------------------------------------------------------------------
+    @retried
     def shard_acquire(self, owner: str, lease_ttl: float) -> ShardLeases:
         now = self._now_us()
         ttl_us = int(lease_ttl * 1_000_000)
         args = {"owner": owner, "now": now, "lease_expires_at": now + ttl_us}
         with self._tx() as c:
+            self._lock_shard_map(c)
             c.execute(self._q["scheduler_register"], args)
             c.execute(self._q["scheduler_forget_dead"], {"dead_before": now - ttl_us})
             # As even as possible: the first (shards % live) owners, by name, hold one shard more.
@@ -664,6 +723,7 @@ class SQLStore:
                     acquired.add(r["shard"])
         return ShardLeases(owner, held, frozenset(acquired))
 
+    @retried
     def shard_release(self, owner: str) -> None:
         with self._tx() as c:
             c.execute(self._q["shard_release"], {"owner": owner})
@@ -675,6 +735,7 @@ class SQLStore:
         current = c.execute(self._q["shard_held"], {"owner": leases.owner, "now": self._now_us()})
         return [r["shard"] for r in current if leases.epochs.get(r["shard"]) == r["epoch"]]
 
+    @retried
     def execution_dispatch(self, params: DispatchParams) -> list[QueueItem]:
         now = self.now()
         now_us = to_us(now)
@@ -757,6 +818,7 @@ class SQLStore:
             c.executemany(self._q["job_set_next_fire"], head_updates)
         return out
 
+    @retried
     def job_repair_next_runs(
         self, leases: ShardLeases, after_id: str, limit: int
     ) -> tuple[list[str], str | None]:
@@ -819,6 +881,7 @@ class SQLStore:
             return SweepPage(items, None)
         return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
 
+    @retried
     def execution_reap(self, limit: int) -> list[Execution]:
         """Read the expired leases without a write transaction (most passes find none, and every
         scheduler of every process reaps every second), decide each run in Python, then apply the
@@ -836,6 +899,7 @@ class SQLStore:
             return []
         decisions = [_reap_decision(r, now_us) for r in expired.values()]
         with self._tx() as c:
+            self._lock_jobs_of_runs(c, list(expired))
             reaped = c.execute(
                 self._q["execution_reap"], {"decisions": json.dumps(decisions), "now": now_us}
             ).fetchall()
@@ -874,6 +938,7 @@ class SQLStore:
             return self._with_attempts(c, reaped)
 
     # --- worker role ------------------------------------------------------------------------
+    @retried
     def execution_claim(
         self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
     ) -> ClaimResult:
@@ -882,6 +947,7 @@ class SQLStore:
         now = self.now()
         now_us = to_us(now)
         with self._tx() as c:
+            self._lock_jobs_of_runs(c, execution_ids)
             rows = {
                 r["id"]: r
                 for r in c.execute(
@@ -1014,6 +1080,7 @@ class SQLStore:
                         },
                     )
 
+    @retried
     def execution_heartbeat(
         self, owner: str, held: Mapping[str, int], lease_ttl: float
     ) -> dict[str, int]:
@@ -1025,9 +1092,11 @@ class SQLStore:
             )
             return {r["id"]: r["fencing_token"] for r in rows}
 
+    @retried
     def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:
         now_us = self._now_us()
         with self._tx() as c:
+            self._lock_jobs_of_runs(c, [x.execution_id for x in completions])
             current = {
                 r["id"]: r
                 for r in c.execute(
@@ -1128,9 +1197,11 @@ class SQLStore:
                 {"job_ids": json.dumps(sorted(set(job_ids))), "now": now_us},
             )
 
+    @retried
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
         now_us = self._now_us()
         with self._tx() as c:
+            self._lock_jobs_of_runs(c, list(held))
             rows = c.execute(self._q["execution_current_tokens"], {"ids": json.dumps(list(held))})
             outcomes = [
                 (
@@ -1158,7 +1229,7 @@ class SQLStore:
     ) -> list[Job]:
         # One covering-index range per (tenant, status) and per (tenant, task, status), each in
         # id order and at most ``limit`` long, merged: no filter combination scans the table.
-        id_from = "" if after_id is None else after_id + "\0"  # the least string after it
+        id_from = "" if after_id is None else after_last([after_id])
         statuses = [status] if status is not None else list(JobStatus)
         with self._read() as c:
             tenants = [tenant] if tenant is not None else self._tenants(c)
@@ -1269,6 +1340,7 @@ class SQLStore:
             row = c.execute(self._q["api_key_get"], {"id": key_id}).fetchone()
         return api_key_of(row) if row else None
 
+    @retried
     def secret_get_or_create(self, name: str, value: str) -> str:
         with self._tx() as c:
             c.execute(
