@@ -59,12 +59,13 @@ from onbeat.plan import (
     new_id,
     plan_claim,
     plan_dispatch,
+    plan_finish,
     plan_missed_while_paused,
+    plan_reap,
     planned,
     shard_of,
 )
 from onbeat.queue.base import QueueItem
-from onbeat.retry import backoff_delay
 from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.store.base import (
     MAX_SEARCH_TASKS,
@@ -1134,30 +1135,24 @@ class SQLStore:
         attempt, in three batched statements."""
         finishes, attempts, dead, final = [], [], [], []
         for r, done, outcome in outcomes:
-            due_at, reason, uncount = None, None, 0
-            if done.succeeded:
-                status = ExecutionStatus.SUCCEEDED
-            elif outcome is AttemptOutcome.RELEASED:
-                status, due_at, uncount = ExecutionStatus.SCHEDULED, now_us, 1
-                reason = "released by a stopping worker"
-            elif r["job_status"] == JobStatus.CANCELLED.value:
-                status, reason = ExecutionStatus.CANCELLED, "job cancelled"
-            elif done.retry_in is not None:
-                status = ExecutionStatus.SCHEDULED
-                due_at = now_us + int(done.retry_in * 1_000_000)
-                reason = f"retry after attempt {r['attempt']} failed"
-            else:
-                status = ExecutionStatus.FAILED
+            end = plan_finish(
+                succeeded=done.succeeded,
+                released=outcome is AttemptOutcome.RELEASED,
+                job_cancelled=r["job_status"] == JobStatus.CANCELLED.value,
+                attempt=r["attempt"],
+                retry_in=done.retry_in,
+            )
+            status = end.status
             finishes.append(
                 {
                     "id": r["id"],
                     "fencing_token": done.fencing_token,
                     "status": status.value,
-                    "due_at": due_at,
+                    "due_at": None if end.due_in is None else now_us + int(end.due_in * 1_000_000),
                     "result": json.dumps(done.result) if done.succeeded else None,
                     "error": done.error,
-                    "reason": reason,
-                    "uncount_attempt": uncount,
+                    "reason": end.reason,
+                    "uncount_attempt": int(end.uncount),
                     "now": now_us,
                 }
             )
@@ -1351,23 +1346,17 @@ class SQLStore:
 
 
 def _reap_decision(r: Row, now_us: int) -> dict[str, Any]:
-    """What becomes of a run whose lease expired: queued again after its backoff, failed after
-    its last attempt, or cancelled with its job."""
-    retry = RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"])
-    decision: dict[str, Any] = {
+    """``plan_reap``'s verdict on an expired lease, as the reap statement takes it."""
+    end = plan_reap(
+        job_cancelled=r["job_status"] == JobStatus.CANCELLED.value,
+        attempt=r["attempt"],
+        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+    )
+    return {
         "id": r["id"],
         "fencing_token": r["fencing_token"],
+        "status": end.status.value,
+        "due_at": None if end.due_in is None else now_us + int(end.due_in * 1_000_000),
         "error": f"worker lost: lease expired during attempt {r['attempt']}",
-        "due_at": None,
-        "reason": None,
-    }
-    if r["job_status"] == JobStatus.CANCELLED.value:
-        return {**decision, "status": ExecutionStatus.CANCELLED.value, "reason": "job cancelled"}
-    if r["attempt"] >= retry.max_attempts:
-        return {**decision, "status": ExecutionStatus.FAILED.value}
-    return {
-        **decision,
-        "status": ExecutionStatus.QUEUED.value,
-        "due_at": now_us + int(backoff_delay(retry, r["attempt"]) * 1_000_000),
-        "reason": f"retry after attempt {r['attempt']} was lost",
+        "reason": end.reason,
     }
