@@ -18,11 +18,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from onbeat import App, ExecutionStatus, TaskContext
 from onbeat.errors import QueueUnavailableError, ValidationError
 from onbeat.queue import open_queue
 from onbeat.queue.base import QueueItem
 from onbeat.queue.table import TableDelayQueue, from_micros, open_table_queue, to_micros
+from onbeat.scheduler import Scheduler
 from onbeat.testing.clock import FakeClock
+from onbeat.worker import Worker
 from tests.queue_backends import POSTGRES_URL, fresh_queue_url
 
 SAFETY_TIMEOUT = 10.0
@@ -107,6 +110,37 @@ async def test_claim_due__two_claimers_race_disjoint_and_complete(
     assert sorted(by_first + by_second) == ids
     assert len(by_first) == len(set(by_first)) and len(by_second) == len(set(by_second))
     assert await first.size() == 0
+
+
+@drivers
+async def test_engine__scheduler_and_two_workers_share_the_table(
+    driver: str, open_table: OpenQueue, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The scheduler enqueues through one queue object, two workers claim through their own."""
+    app = App(f"sqlite:///{tmp_path / 'onbeat.db'}", clock=clock, shards=4)
+    ran: list[str] = []
+
+    @app.task(name="record")
+    def record(ctx: TaskContext) -> None:
+        ran.append(ctx.execution_id)
+
+    try:
+        scheduler = Scheduler(app.store, open_table(), app.settings, clock)
+        workers = [
+            Worker(app.store, open_table(), app.registry, app.settings, clock) for _ in range(2)
+        ]
+        jobs = [app.schedule("record") for _ in range(60)]
+        await scheduler.renew_shards()
+        await scheduler.dispatch()
+        await asyncio.wait_for(
+            asyncio.gather(*(worker.run_until_idle() for worker in workers)), SAFETY_TIMEOUT
+        )
+        executions = [e for job in jobs for e in app.list_executions(job.id)]
+        assert sorted(ran) == sorted(e.id for e in executions)
+        assert {e.status for e in executions} == {ExecutionStatus.SUCCEEDED}
+        assert sum(worker.stats.started for worker in workers) == len(jobs)
+    finally:
+        app.close()
 
 
 @drivers
