@@ -154,6 +154,7 @@ class TableDelayQueue:
             return
         self._check_open()
         async with self._open_lock:
+            self._check_open()  # closed while we queued for the lock
             if not self._opened:
                 await self._driver.open()
                 self._opened = True
@@ -238,8 +239,8 @@ class TableDelayQueue:
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
-        if self._opened:
-            await self._driver.close()
+        async with self._open_lock:  # an open() under way finishes first, then is undone
+            await self._driver.close()  # also what a failed open() left behind
 
     # -- internals -------------------------------------------------------------------------
 
