@@ -86,3 +86,8 @@ class StoreWriteRefusedError(OnbeatError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the store refuses writes ({reason})")
         self.reason = reason
+
+
+class QueueUnavailableError(OnbeatError):
+    """The delay queue's backing service cannot be reached or used (database down, file not
+    openable): nothing was queued or claimed; retry once it is back."""

@@ -9,9 +9,17 @@ __all__ = ["DelayQueue", "QueueItem", "open_queue"]
 
 
 def open_queue(url: str, clock: Clock) -> DelayQueue:
-    """Pick the backend from the URL scheme: ``memory://`` (in-process)."""
+    """Pick the backend from the URL scheme: ``memory://`` (in-process), ``postgresql://...``
+    or ``sqlite:///path`` (a table shared by processes: ``table.TableDelayQueue``)."""
     if url.startswith("memory://"):
         from onbeat.queue.memory import MemoryDelayQueue
 
         return MemoryDelayQueue(clock)
-    raise ValueError(f"queue_url: unsupported scheme in {url!r} (expected memory://)")
+    if url.startswith(("postgresql://", "postgres://", "sqlite:///")):
+        from onbeat.queue.table import open_table_queue
+
+        return open_table_queue(url, clock)
+    raise ValueError(
+        f"queue_url: unsupported scheme in {url!r} "
+        "(expected memory://, postgresql://... or sqlite:///PATH)"
+    )

@@ -19,6 +19,7 @@ class QueueItem:
     due_at: datetime
     priority: int = 0
     """Higher is more urgent: among due items, higher tiers are released first."""
+    shard: int = 0
 
 
 class DelayQueue(Protocol):
