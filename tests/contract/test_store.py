@@ -1,7 +1,7 @@
 """Runs the ``Store`` contract suite against every backend.
 
 A new backend is one more ``store_factory`` param (and its URL, or its own factory); the tests
-themselves live in ``onbeat.testing.store_contract`` and are never copied.
+themselves live in ``onbeat.testing.store_contract*`` (one module per area) and are never copied.
 """
 
 from __future__ import annotations
@@ -14,9 +14,16 @@ import pytest
 
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
-from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory
+from onbeat.testing.store_contract_claim import ClaimContract
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
+from onbeat.testing.store_contract_dead_letters import DeadLetterContract
+from onbeat.testing.store_contract_dispatch import DispatchContract
+from onbeat.testing.store_contract_fencing import FencingContract
+from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
+from onbeat.testing.store_contract_job_changes import JobChangesContract
+from onbeat.testing.store_contract_jobs import JobsContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
 from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
@@ -59,7 +66,13 @@ def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iter
 
 
 class TestStore(
-    StoreContract,
+    JobsContract,
+    JobChangesContract,
+    DispatchContract,
+    ClaimContract,
+    FinishContract,
+    DeadLetterContract,
+    FencingContract,
     ScheduleChainContract,
     ScheduleHistoryContract,
     RecoveryContract,
