@@ -7,14 +7,14 @@ themselves live in ``onbeat.testing.store_contract*`` (one module per area) and 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
-from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory
+from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory, StoreOpener
 from onbeat.testing.store_contract_claim import ClaimContract
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
 from onbeat.testing.store_contract_dead_letters import DeadLetterContract
@@ -36,16 +36,18 @@ _STORE_URLS = {"sqlite": "sqlite:///{directory}/onbeat.db"}
 
 def _url_factory(backend: str) -> StoreFactory:
     @contextmanager
-    def open_fresh(directory: Path, clock: FakeClock) -> Iterator[Store]:
-        store = open_store(
-            _STORE_URLS[backend].format(directory=directory), clock, shard_count=SHARD_COUNT
-        )
-        try:
-            yield store
-        finally:
-            store.close()
+    def fresh_database(directory: Path, clock: FakeClock) -> Iterator[StoreOpener]:
+        url = _STORE_URLS[backend].format(directory=directory)
+        with ExitStack() as opened:
 
-    return open_fresh
+            def open_another() -> Store:
+                store = open_store(url, clock, shard_count=SHARD_COUNT)
+                opened.callback(store.close)
+                return store
+
+            yield open_another
+
+    return fresh_database
 
 
 @pytest.fixture
@@ -61,8 +63,8 @@ def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
 
 @pytest.fixture
 def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
-    with store_factory(tmp_path, clock) as fresh:
-        yield fresh
+    with store_factory(tmp_path, clock) as open_another:
+        yield open_another()
 
 
 class TestStore(

@@ -17,15 +17,15 @@ parts share (fixtures' types, constants, helpers); the tests are mixin classes, 
 
 Use it by subclassing all of them in a test module that provides three fixtures: ``clock`` (a
 ``FakeClock``), ``store_factory`` (a :data:`StoreFactory` for the backend under test) and ``store``
-(a fresh, empty store from that factory, driven by ``clock``, closed afterwards)::
+(a store on a fresh, empty database from that factory, driven by ``clock``, closed afterwards)::
 
     @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.external_service)])
     def store_factory(request) -> StoreFactory: ...
 
     @pytest.fixture
     def store(store_factory, tmp_path, clock) -> Iterator[Store]:
-        with store_factory(tmp_path, clock) as store:
-            yield store
+        with store_factory(tmp_path, clock) as open_store:
+            yield open_store()
 
     class TestStore(JobsContract, JobChangesContract, DispatchContract, ...):
         pass
@@ -68,11 +68,16 @@ from onbeat.schedule import Schedule
 from onbeat.store.base import ClaimedRun, Completion, DispatchParams, NewJob, ShardLeases, Store
 from onbeat.testing.clock import FakeClock
 
-__all__ = ["SHARD_COUNT", "StoreFactory"]
+__all__ = ["SHARD_COUNT", "StoreFactory", "StoreOpener"]
 
-StoreFactory = Callable[[Path, FakeClock], AbstractContextManager[Store]]
-"""Opens a fresh, empty store (files, if any, under the given empty directory) driven by the given
-clock, and closes (and, for a server database, drops) it on exit."""
+StoreOpener = Callable[[], Store]
+"""Opens one more store on the database its factory made, with connections of its own and the
+factory's clock; the factory closes it. Two of them stand for two processes sharing a database."""
+
+StoreFactory = Callable[[Path, FakeClock], AbstractContextManager[StoreOpener]]
+"""Makes a fresh, empty database (files, if any, under the given empty directory) and yields a
+:data:`StoreOpener` for it; on exit closes every store opened on it (and, for a server database,
+drops it). Most tests use one store; the concurrency tests open two on one database."""
 
 SHARD_COUNT = 4
 """Shards of the stores the suite is run with in ``tests/contract`` (the suite needs at least 2)."""

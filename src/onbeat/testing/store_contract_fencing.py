@@ -80,7 +80,8 @@ class StoreFencingMachine(RuleBasedStateMachine):
         self._exit = ExitStack()
         directory = Path(self._exit.enter_context(tempfile.TemporaryDirectory()))
         self.clock = FakeClock()
-        self.store = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        open_another = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        self.store = open_another()
         self.ids: list[str] = []
         for _ in range(_MACHINE_RUNS):
             job = self.store.job_create(_new(retry=_MACHINE_RETRY, overlap=OverlapPolicy.ALLOW)).job

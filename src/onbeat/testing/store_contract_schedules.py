@@ -387,7 +387,8 @@ class ScheduleHistoryMachine(RuleBasedStateMachine):
         self._exit = ExitStack()
         directory = Path(self._exit.enter_context(tempfile.TemporaryDirectory()))
         self.clock = FakeClock()
-        self.store = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        open_another = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        self.store = open_another()
         self.sim = Simulated(self.store, self.clock)
         self.job_id = ""
 
