@@ -16,6 +16,7 @@ from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory, StoreOpener
 from onbeat.testing.store_contract_claim import ClaimContract
+from onbeat.testing.store_contract_concurrency import ConcurrencyContract
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
 from onbeat.testing.store_contract_dead_letters import DeadLetterContract
 from onbeat.testing.store_contract_dispatch import DispatchContract
@@ -75,6 +76,7 @@ class TestStore(
     FinishContract,
     DeadLetterContract,
     FencingContract,
+    ConcurrencyContract,
     ScheduleChainContract,
     ScheduleHistoryContract,
     RecoveryContract,
