@@ -104,7 +104,7 @@ def _dispatch_with(store: Store, leases: ShardLeases) -> list[str]:
 
 
 def _take_over_and_dispatch(store: Store, owner: str) -> tuple[ShardLeases, list[str]]:
-    """A live scheduler's renewal (which takes the shards whose lease expired), then its dispatch."""
+    """A live scheduler's renewal (it takes the shards whose lease expired), then its dispatch."""
     leases = _leases(store, owner)
     return leases, _dispatch_with(store, leases)
 
