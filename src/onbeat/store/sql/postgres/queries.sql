@@ -104,6 +104,7 @@ WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'que
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
 -- name: jobs_without_next_run
+-- Locked, as dispatch locks them: a job being edited is left to the next page or pass.
 SELECT j.*,
        EXISTS (SELECT 1 FROM executions e
                WHERE e.job_id = j.id AND e.trigger = 'schedule'
@@ -114,7 +115,8 @@ FROM jobs j
 WHERE j.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
   AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
 ORDER BY j.id
-LIMIT :limit;
+LIMIT :limit
+FOR UPDATE OF j SKIP LOCKED;
 
 -- name: execution_schedule_run_at
 SELECT id, status FROM executions
@@ -124,7 +126,10 @@ WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND trigger = 'schedul
 SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
 
 -- name: execution_dispatch_candidates
--- Locked (SKIP LOCKED: a run another transaction is changing is left to the next pass).
+-- The runs and their jobs, locked: the job's schedule cannot change (an edit) between this read
+-- and the next run this dispatch plans from it. SKIP LOCKED: a run or job another transaction is
+-- changing is left to the next pass, so dispatch never waits (and never deadlocks with a claim,
+-- which locks jobs and then runs).
 SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
        j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
        j.timezone, j.misfire, j.catchup_window, j.jitter,
@@ -137,7 +142,7 @@ WHERE e.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) 
   AND e.due_at <= :horizon
   AND j.status IN ('active', 'completed')
 LIMIT :limit
-FOR UPDATE OF e SKIP LOCKED;
+FOR UPDATE OF e, j SKIP LOCKED;
 
 -- name: execution_mark_queued
 UPDATE executions SET status = 'queued', queued_at = :now
