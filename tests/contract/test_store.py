@@ -22,6 +22,7 @@ from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
     ScheduleHistoryContract,
 )
+from onbeat.testing.store_contract_tasks import TaskCatalogContract
 
 _STORE_URLS = {"sqlite": "sqlite:///{directory}/onbeat.db"}
 """Per backend, the URL of a fresh store; ``{directory}`` is an empty directory of the test's."""
@@ -65,5 +66,6 @@ class TestStore(
     RecoveryContract,
     HeartbeatContract,
     DashboardReadsContract,
+    TaskCatalogContract,
 ):
     pass

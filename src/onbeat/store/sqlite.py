@@ -75,10 +75,12 @@ from onbeat.store.base import (
     DispatchParams,
     JobChanges,
     NewJob,
+    PublishedTask,
     SchedulerShards,
     ShardLeases,
     SweepCursor,
     SweepPage,
+    TaskDefaults,
     WorkerLoad,
 )
 from onbeat.store.queries import load_queries, migrations
@@ -1345,6 +1347,41 @@ class SQLiteStore:
             stored: str = c.execute(Q["secret_get"], {"name": name}).fetchone()[0]
         return stored
 
+    # --- task catalog -----------------------------------------------------------------------
+    def task_publish(self, worker: str, tasks: Sequence[TaskDefaults]) -> None:
+        if not tasks:
+            return
+        with self._tx() as c:
+            now = self._now_us()
+            c.executemany(
+                Q["task_publish"],
+                [
+                    {
+                        "name": t.name,
+                        "max_attempts": t.retry.max_attempts,
+                        "backoff_base": t.retry.backoff_base,
+                        "backoff_cap": t.retry.backoff_cap,
+                        "timeout": t.timeout,
+                        "is_async": t.is_async,
+                        "worker": worker,
+                        "now": now,
+                    }
+                    for t in tasks
+                ],
+            )
+
+    def task_catalog(
+        self, seen_within: float, names: Sequence[str] | None = None
+    ) -> list[PublishedTask]:
+        since = self._now_us() - int(seen_within * 1_000_000)
+        with self._read() as c:
+            if names is None:
+                rows = c.execute(Q["task_catalog"], {"since": since}).fetchall()
+            else:
+                params = {"since": since, "names": json.dumps(list(names))}
+                rows = c.execute(Q["task_catalog_of_names"], params).fetchall()
+        return [_published_task(r) for r in rows]
+
 
 def _open_error(path: Path, exc: sqlite3.Error | StoreWriteRefusedError) -> StoreOpenError:
     """Why SQLite could not open ``path``, in words a user can act on."""
@@ -1386,3 +1423,14 @@ def _reap_decision(r: sqlite3.Row, now_us: int) -> dict[str, Any]:
         "due_at": now_us + int(backoff_delay(retry, r["attempt"]) * 1_000_000),
         "reason": f"retry after attempt {r['attempt']} was lost",
     }
+
+
+def _published_task(r: sqlite3.Row) -> PublishedTask:
+    return PublishedTask(
+        name=r["name"],
+        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+        timeout=r["timeout"],
+        is_async=bool(r["is_async"]),
+        worker=r["worker"],
+        seen_at=from_us(r["seen_at"]),
+    )
