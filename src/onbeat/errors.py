@@ -86,3 +86,13 @@ class StoreWriteRefusedError(OnbeatError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the store refuses writes ({reason})")
         self.reason = reason
+
+
+class StoreUnavailableError(OnbeatError):
+    """The store cannot be reached right now (connection refused or lost, the server
+    restarting): nothing was changed; retry later. A backend raises it for connection failures,
+    so the API answers 503 and the services retry with backoff rather than fail."""
+
+
+class QueueUnavailableError(OnbeatError):
+    """The delay queue cannot be reached right now (connection refused or lost)."""
