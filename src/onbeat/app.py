@@ -82,7 +82,12 @@ class App:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.settings.database_url, self.clock, self.settings.shards)
+            self._store = open_store(
+                self.settings.database_url,
+                self.clock,
+                self.settings.shards,
+                migrate=self.settings.migrate,
+            )
         return self._store
 
     def close(self) -> None:
