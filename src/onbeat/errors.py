@@ -86,3 +86,13 @@ class StoreWriteRefusedError(OnbeatError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the store refuses writes ({reason})")
         self.reason = reason
+
+
+class QueueUnavailableError(OnbeatError):
+    """The delay queue's server cannot be reached (down, restarting, wrong address). Nothing
+    is lost by it: the store holds every run; retry with backoff, or claim from the store."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"cannot reach the delay queue at {location}: {reason}")
+        self.location = location
+        self.reason = reason

@@ -13,8 +13,7 @@ import pytest
 from onbeat.queue import DelayQueue, open_queue
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.queue_contract import DelayQueueContract
-
-_QUEUE_URLS = {"memory": "memory://"}
+from onbeat.testing.redis_queue import drop_prefix, fresh_queue_url
 
 
 @pytest.fixture
@@ -22,15 +21,27 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=[pytest.param("memory", id="memory")])
+@pytest.fixture(
+    params=[
+        pytest.param("memory", id="memory"),
+        pytest.param("redis", id="redis", marks=pytest.mark.external_service),
+    ]
+)
 async def delay_queue(
     request: pytest.FixtureRequest, clock: FakeClock
 ) -> AsyncIterator[DelayQueue]:
-    queue = open_queue(_QUEUE_URLS[request.param], clock)
+    prefix = None
+    if request.param == "redis":  # a key prefix of its own, dropped afterwards
+        url, prefix = fresh_queue_url()
+    else:
+        url = "memory://"
+    queue = open_queue(url, clock)
     try:
         yield queue
     finally:
         await queue.close()
+        if prefix is not None:
+            await drop_prefix(prefix)
 
 
 class TestDelayQueue(DelayQueueContract):

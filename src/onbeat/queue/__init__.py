@@ -9,9 +9,16 @@ __all__ = ["DelayQueue", "QueueItem", "open_queue"]
 
 
 def open_queue(url: str, clock: Clock) -> DelayQueue:
-    """Pick the backend from the URL scheme: ``memory://`` (in-process)."""
+    """Pick the backend from the URL scheme: ``memory://`` (in-process), ``redis://`` or
+    ``rediss://`` (``onbeat.queue.redis``; ``?prefix=`` names its keys, default ``onbeat``)."""
     if url.startswith("memory://"):
         from onbeat.queue.memory import MemoryDelayQueue
 
         return MemoryDelayQueue(clock)
-    raise ValueError(f"queue_url: unsupported scheme in {url!r} (expected memory://)")
+    if url.startswith(("redis://", "rediss://")):
+        from onbeat.queue.redis import RedisDelayQueue
+
+        return RedisDelayQueue.from_url(url, clock)
+    raise ValueError(
+        f"queue_url: unsupported scheme in {url!r} (expected memory://, redis:// or rediss://)"
+    )

@@ -19,6 +19,9 @@ class QueueItem:
     due_at: datetime
     priority: int = 0
     """Higher is more urgent: among due items, higher tiers are released first."""
+    shard: int = 0
+    """The execution's shard (fixed by the store). A backend may keep shards apart (Redis keys
+    are hash-tagged by it); ``claim_due`` and ``missing`` still span every shard."""
 
 
 class DelayQueue(Protocol):
