@@ -146,7 +146,8 @@ class RedisDelayQueue:
         self.url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         """The URL without credentials, as errors show it."""
         self._client_url = url
-        self._redis = self._client(COMMAND_TIMEOUT)
+        self._instance = uuid.uuid4().hex[:12]
+        self._redis = self._client(COMMAND_TIMEOUT, f"onbeat-queue-{self._instance}")
         self._scripts = {
             name: self._redis.register_script(load_lua(name))
             for name in (
@@ -161,10 +162,10 @@ class RedisDelayQueue:
                 "where_set",
             )
         }
-        self._instance = uuid.uuid4().hex[:12]
         self._waiters = Waiters()
         self._listener = WakeListener(
-            lambda: self._client(None),  # blocks on pub/sub reads as long as it takes
+            # Blocks on pub/sub reads as long as it takes; named, so operators can find it.
+            lambda: self._client(None, f"onbeat-wake-{self._instance}"),
             self._keys.wake_channel,
             self._instance,
             self._waiters,
@@ -195,9 +196,10 @@ class RedisDelayQueue:
         plain = urlunsplit(parts._replace(query=urlencode(query)))
         return cls(plain, clock, prefix=prefix, shards=shards)
 
-    def _client(self, read_timeout: float | None) -> aioredis.Redis:
+    def _client(self, read_timeout: float | None, name: str) -> aioredis.Redis:
         return aioredis.Redis.from_url(
             self._client_url,
+            client_name=name,
             decode_responses=True,
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=read_timeout,
@@ -447,7 +449,7 @@ class RedisDelayQueue:
         if again:
             for script in {id(calls[i].script): calls[i].script for i in again}.values():
                 assert script is not None
-                await self._redis.script_load(script.script)
+                script.sha = await self._redis.script_load(script.script)
             pipe = self._redis.pipeline(transaction=False)
             for i in again:
                 calls[i].add_to(pipe)
@@ -537,11 +539,11 @@ class RedisDelayQueue:
     async def _plan_wait(self, start: float, timeout: float) -> tuple[float, float]:
         """Subscribe (first call), repair if it is time, then read the earliest due time.
         Returns the monotonic deadline to sleep until and its wall-clock target (us)."""
-        self._listener.start()
-        try:
-            await asyncio.wait_for(self._listener.subscribed.wait(), CONNECT_TIMEOUT)
-        except TimeoutError:
-            raise QueueUnavailableError(self.url, "no wake-up subscription") from None
+        with self._reaching():
+            try:
+                await self._listener.until_subscribed(CONNECT_TIMEOUT)
+            except TimeoutError:
+                raise QueueUnavailableError(self.url, "no wake-up subscription") from None
         if self._clock.monotonic() - self._last_repair >= REPAIR_INTERVAL:
             self._last_repair = self._clock.monotonic()
             await self.repair()

@@ -74,8 +74,8 @@ class Waiters:
 class WakeListener:
     """Subscribes to the wake channel on a connection of its own and feeds ``Waiters``.
 
-    Started by the first ``wait()``; ``subscribed`` is set while the subscription is confirmed
-    by the server (only then can no arrival be missed).
+    Started by the first ``wait()``. A dropped connection is retried at once, then with backoff;
+    only while backing off (Redis refused twice in a row) does ``until_subscribed`` raise.
     """
 
     def __init__(
@@ -92,11 +92,21 @@ class WakeListener:
         self._waiters = waiters
         self._clock = clock
         self.subscribed = asyncio.Event()
+        """Set while the server has confirmed the subscription: no arrival can be missed."""
+        self._attempt_over = asyncio.Event()  # replaced by each attempt to subscribe
+        self._error: BaseException | None = None  # set while backing off
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    async def until_subscribed(self, timeout: float) -> None:
+        """Return once subscribed; raise the connection's error if Redis refuses, or
+        ``TimeoutError`` after ``timeout`` real seconds (a network bound, not a test clock)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"onbeat-wake:{self._channel}")
+        async with asyncio.timeout(timeout):
+            while not self.subscribed.is_set():
+                if self._error is not None:
+                    raise self._error
+                await self._attempt_over.wait()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -115,15 +125,20 @@ class WakeListener:
                 await pubsub.subscribe(self._channel)
                 while True:
                     message = await pubsub.get_message(timeout=None)
-                    if message is not None:
+                    if message is not None and self._handle(message):
                         failures = 0
-                        self._handle(message)
+                        self._error = None
+                        self._end_attempt()
             except (RedisError, OSError) as error:
                 failures += 1
                 if self.subscribed.is_set():
                     log.warning("delay queue wake-ups lost their connection (%s)", error)
-                self.subscribed.clear()
-                self._waiters.wake_all()  # arrivals may have been missed: read the queue again
+                    self.subscribed.clear()
+                    # Arrivals may be missed from now on: sleeping waiters read the queue again.
+                    self._waiters.wake_all()
+                if failures > 1:
+                    self._error = error
+                self._end_attempt()
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -131,18 +146,27 @@ class WakeListener:
                     await client.aclose()
             if failures > 1:
                 await self._clock.sleep(min(RECONNECT_BACKOFF_CAP, 0.1 * 2 ** (failures - 2)))
+                self._error = None
 
-    def _handle(self, message: dict[str, object]) -> None:
+    def _end_attempt(self) -> None:
+        """Tell ``until_subscribed`` callers to look again (a fresh event for the next attempt
+        first, so that a caller that loops never finds a set one and spins)."""
+        over, self._attempt_over = self._attempt_over, asyncio.Event()
+        over.set()
+
+    def _handle(self, message: dict[str, object]) -> bool:
+        """Act on one pub/sub message; True if it confirmed the subscription."""
         kind = message.get("type")
         if kind == "subscribe":
             # Waiters read the queue only once this is set (see RedisDelayQueue.wait), so an
             # arrival is either in what they read or published to them from now on.
             self.subscribed.set()
-        elif kind == "message":
+            return True
+        if kind == "message":
             instance, _, due = str(message.get("data", "")).partition(" ")
-            if instance == self._instance:
-                return  # this object's own enqueue already woke its waiters
-            try:
-                self._waiters.arrived(float(due))
-            except ValueError:
-                log.warning("ignoring a malformed wake-up on %s: %r", self._channel, message)
+            if instance != self._instance:  # this object's own enqueue woke its waiters already
+                try:
+                    self._waiters.arrived(float(due))
+                except ValueError:
+                    log.warning("ignoring a malformed wake-up on %s: %r", self._channel, message)
+        return False
