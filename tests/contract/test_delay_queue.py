@@ -25,6 +25,8 @@ def clock() -> FakeClock:
     params=[
         pytest.param("memory", id="memory"),
         pytest.param("redis", id="redis", marks=pytest.mark.external_service),
+        # One shard per script call, as a Redis Cluster needs them (still on one Redis).
+        pytest.param("redis-per-shard", id="redis-per-shard", marks=pytest.mark.external_service),
     ]
 )
 async def delay_queue(
@@ -33,6 +35,8 @@ async def delay_queue(
     prefix = None
     if request.param == "redis":  # a key prefix of its own, dropped afterwards
         url, prefix = fresh_queue_url()
+    elif request.param == "redis-per-shard":
+        url, prefix = fresh_queue_url(per_shard_calls=1)
     else:
         url = "memory://"
     queue = open_queue(url, clock)

@@ -73,7 +73,9 @@ ROUND_WIDTH = 32
 MAX_ROUNDS = 8
 """Rounds per claim (one tier per round): a claim spanning more returns what it has."""
 CHUNK = 1000
-"""Ids per script call or look-up command, so no single call blocks Redis for long."""
+"""Ids per shard script call or look-up command, so no single call blocks Redis for long."""
+CALL_ARGS = 3 * CHUNK
+"""Arguments per script call: on a single Redis, groups of several shards share a call up to this."""
 REPAIR_INTERVAL = 10.0
 """Seconds between ``repair()`` passes started by ``wait()``."""
 CONNECT_TIMEOUT = 2.0
@@ -129,6 +131,14 @@ def _chunks(values: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]
         yield values[start : start + size]
 
 
+@dataclass(slots=True)
+class _Group:
+    """One shard's (or where-bucket's) part of a grouped script call: its ARGV slice."""
+
+    key: int  # the shard, or the where-bucket
+    args: list[str | int]
+
+
 class RedisDelayQueue:
     """A ``DelayQueue`` in Redis, shared by every process that opens the same URL and prefix.
 
@@ -138,10 +148,19 @@ class RedisDelayQueue:
     at once and the other calls raise ``RuntimeError``.
     """
 
-    def __init__(self, url: str, clock: Clock, *, prefix: str = "onbeat", shards: int = 0) -> None:
+    def __init__(
+        self,
+        url: str,
+        clock: Clock,
+        *,
+        prefix: str = "onbeat",
+        shards: int = 0,
+        per_shard_calls: bool = False,
+    ) -> None:
         self._clock = clock
         self._keys = Keys(prefix)
         self._repair_shards = shards
+        self._per_shard_calls = per_shard_calls
         parts = urlsplit(url)
         self.url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         """The URL without credentials, as errors show it."""
@@ -176,10 +195,13 @@ class RedisDelayQueue:
 
     @classmethod
     def from_url(cls, url: str, clock: Clock) -> RedisDelayQueue:
-        """``redis://[user:password@]host:port/db?prefix=P&shards=N``; both options optional."""
+        """``redis://[user:password@]host:port/db?prefix=P&shards=N&per_shard_calls=1``; every
+        option is optional. ``per_shard_calls=1`` sends one shard per script call, the pattern a
+        Redis Cluster needs (onbeat opens single-node clients only, so it is there to test it)."""
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
         prefix = query.pop("prefix", "onbeat")
+        per_shard_calls = query.pop("per_shard_calls", "0") in ("1", "true", "yes")
         shards_text = query.pop("shards", "0")
         try:
             shards = int(shards_text)
@@ -194,7 +216,7 @@ class RedisDelayQueue:
         except ValueError as error:
             raise ValidationError("queue_url", str(error)) from None
         plain = urlunsplit(parts._replace(query=urlencode(query)))
-        return cls(plain, clock, prefix=prefix, shards=shards)
+        return cls(plain, clock, prefix=prefix, shards=shards, per_shard_calls=per_shard_calls)
 
     def _client(self, read_timeout: float | None, name: str) -> aioredis.Redis:
         return aioredis.Redis.from_url(
@@ -237,40 +259,32 @@ class RedisDelayQueue:
         now = to_us(self._clock.now())
         lower_keys = [self._keys.index_tiers, self._keys.index_count_version]
         calls = [_Call(self._scripts["index_lower"], lower_args, lower_keys)]
-        calls += [
-            _Call(self._scripts["where_set"], pairs, [self._keys.where(bucket)])
-            for bucket, pairs in by_bucket.items()
-        ]
-        shard_of_call: list[int] = []
+        where_calls = self._pack_where(by_bucket)
+        calls += where_calls
+        groups = []
         for shard, shard_items in by_shard.items():
-            keys = self._keys.shard(shard)
             for chunk in _chunks(shard_items):
-                args: list[str | int] = [keys.due_prefix, now]
+                args: list[str | int] = [self._keys.shard(shard).due_prefix, len(chunk)]
                 for item in chunk:
                     args += [item.execution_id, to_us(item.due_at), str(item.priority)]
-                calls.append(_Call(self._scripts["shard_enqueue"], args, keys.keys))
-                shard_of_call.append(shard)
+                groups.append(_Group(shard, args))
+        shard_calls = self._pack_shards("shard_enqueue", now, groups)
+        calls += [call for call, _ in shard_calls]
         with self._reaching():
             replies = await self._pipeline(calls)
-            first_shard_reply = 1 + len(by_bucket)
+            first = 1 + len(where_calls)
             reports = [
                 _parse_report(shard, reply)[0]
-                for shard, reply in zip(shard_of_call, replies[first_shard_reply:], strict=True)
+                for shard, reply in self._unpack(shard_calls, replies[first:])
             ]
             moved: dict[int, list[str]] = {}
-            for reply in replies[1:first_shard_reply]:
+            for reply in replies[1:first]:
                 for eid, old in zip(reply[::2], reply[1::2], strict=True):
                     moved.setdefault(int(old), []).append(eid)
             reports += await self._remove_from_shards(moved, now)
             earliest = min(lowest.values())
-            await self._pipeline(
-                [
-                    self._index_update(reports),
-                    _Call(
-                        None, ["PUBLISH", self._keys.wake_channel, f"{self._instance} {earliest}"]
-                    ),
-                ]
-            )
+            publish = ["PUBLISH", self._keys.wake_channel, f"{self._instance} {earliest}"]
+            await self._pipeline([self._index_update(reports), _Call(None, publish)])
         self._waiters.arrived(earliest)
 
     async def claim_due(self, limit: int) -> list[str]:
@@ -408,18 +422,12 @@ class RedisDelayQueue:
             registered = await self._redis.hkeys(self._keys.index_count_version)
             shards = sorted({int(s) for s in registered} | set(range(self._repair_shards)))
             for batch in _chunks(shards, 256):
-                calls = [
-                    _Call(
-                        self._scripts["shard_state"],
-                        [self._keys.shard(shard).due_prefix, now],
-                        self._keys.shard(shard).keys,
-                    )
-                    for shard in batch
-                ]
-                replies = await self._pipeline(calls)
+                groups = [_Group(shard, [self._keys.shard(shard).due_prefix]) for shard in batch]
+                shard_calls = self._pack_shards("shard_state", now, groups)
+                replies = await self._pipeline([call for call, _ in shard_calls])
                 reports = [
                     _parse_report(shard, reply, full=True)[0]
-                    for shard, reply in zip(batch, replies, strict=True)
+                    for shard, reply in self._unpack(shard_calls, replies)
                 ]
                 await self._pipeline([self._index_update(reports)])
 
@@ -477,42 +485,80 @@ class RedisDelayQueue:
             batch.append(candidates.popleft())
         share, extra = divmod(wanted, len(batch))
         allotments = [share + (i < extra) for i in range(len(batch))]
-        calls = []
-        for (_, shard), allotment in zip(batch, allotments, strict=True):
-            keys = self._keys.shard(shard)
-            calls.append(
-                _Call(
-                    self._scripts["shard_claim"], [keys.due_prefix, now, tier, allotment], keys.keys
-                )
-            )
+        groups = [
+            _Group(shard, [self._keys.shard(shard).due_prefix, tier, allotment])
+            for (_, shard), allotment in zip(batch, allotments, strict=True)
+        ]
+        shard_calls = self._pack_shards("shard_claim", now, groups)
+        replies = await self._pipeline([call for call, _ in shard_calls])
         out: list[tuple[_Report, list[str]]] = []
         more: list[tuple[str, int]] = []
-        for pair, allotment, reply in zip(
-            batch, allotments, await self._pipeline(calls), strict=True
+        for (shard, reply), allotment in zip(
+            self._unpack(shard_calls, replies), allotments, strict=True
         ):
-            report, ids = _parse_report(pair[1], reply)
+            report, ids = _parse_report(shard, reply)
             out.append((report, [str(eid) for eid in ids]))
             if len(ids) == allotment:
-                more.append(pair)
+                more.append((tier, shard))
         return out, more
 
     async def _remove_from_shards(self, by_shard: dict[int, list[str]], now: int) -> list[_Report]:
-        calls: list[_Call] = []
-        shard_of_call: list[int] = []
-        for shard, ids in by_shard.items():
-            keys = self._keys.shard(shard)
-            for chunk in _chunks(ids):
-                calls.append(
-                    _Call(self._scripts["shard_remove"], [keys.due_prefix, now, *chunk], keys.keys)
-                )
-                shard_of_call.append(shard)
-        if not calls:
-            return []
-        replies = await self._pipeline(calls)
-        return [
-            _parse_report(shard, reply)[0]
-            for shard, reply in zip(shard_of_call, replies, strict=True)
+        groups = [
+            _Group(shard, [self._keys.shard(shard).due_prefix, len(chunk), *chunk])
+            for shard, ids in by_shard.items()
+            for chunk in _chunks(ids)
         ]
+        if not groups:
+            return []
+        shard_calls = self._pack_shards("shard_remove", now, groups)
+        replies = await self._pipeline([call for call, _ in shard_calls])
+        return [
+            _parse_report(shard, reply)[0] for shard, reply in self._unpack(shard_calls, replies)
+        ]
+
+    def _pack_shards(
+        self, script: str, now: int, groups: Sequence[_Group]
+    ) -> list[tuple[_Call, list[int]]]:
+        """Script calls for ``groups`` (shard parts, in order): one shard per call with
+        ``per_shard_calls`` (a Cluster runs a script in one slot), else as many as fit
+        ``CALL_ARGS``. Returns each call with the shards of its groups."""
+        packed: list[tuple[_Call, list[int]]] = []
+        keys: list[str] = []
+        args: list[str | int] = [now]
+        shards: list[int] = []
+        for group in groups:
+            if shards and (self._per_shard_calls or len(args) + len(group.args) > CALL_ARGS):
+                packed.append((_Call(self._scripts[script], args, keys), shards))
+                keys, args, shards = [], [now], []
+            keys += self._keys.shard(group.key).keys
+            args += group.args
+            shards.append(group.key)
+        if shards:
+            packed.append((_Call(self._scripts[script], args, keys), shards))
+        return packed
+
+    def _pack_where(self, by_bucket: dict[int, list[str | int]]) -> list[_Call]:
+        """where_set.lua calls for (id, shard) pairs by bucket, packed like ``_pack_shards``."""
+        packed: list[_Call] = []
+        keys: list[str] = []
+        args: list[str | int] = []
+        for bucket, pairs in by_bucket.items():
+            if keys and (self._per_shard_calls or len(args) + len(pairs) > CALL_ARGS):
+                packed.append(_Call(self._scripts["where_set"], args, keys))
+                keys, args = [], []
+            keys.append(self._keys.where(bucket))
+            args += [len(pairs) // 2, *pairs]
+        if keys:
+            packed.append(_Call(self._scripts["where_set"], args, keys))
+        return packed
+
+    @staticmethod
+    def _unpack(
+        shard_calls: Sequence[tuple[_Call, list[int]]], replies: Sequence[Any]
+    ) -> Iterator[tuple[int, list[Any]]]:
+        """(shard, its group's reply) for every group of ``shard_calls``, in order."""
+        for (_, shards), reply in zip(shard_calls, replies, strict=True):
+            yield from zip(shards, reply, strict=True)
 
     async def _look_up_shards(self, execution_ids: Sequence[str], take: bool) -> dict[str, int]:
         """id -> shard from the where-buckets, for the ids they know; ``take`` also deletes."""

@@ -8,10 +8,17 @@
 -- ARGV[1] = "<prefix>:{index}:due:"     head key prefix; <prefix>:{index}:due:<tier> is a ZSET
 --           of shards scored by the earliest due time (microseconds) of that shard's tier
 -- ARGV[2..] = tier, shard, due; repeated
+local tiers, shards = {}, {}
 for i = 2, #ARGV, 3 do
   local tier, shard, due = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   redis.call('ZADD', ARGV[1] .. tier, 'LT', due, shard)
-  redis.call('ZADD', KEYS[1], tier, tier)
-  redis.call('HSETNX', KEYS[2], shard, 0)
+  if not tiers[tier] then
+    tiers[tier] = true
+    redis.call('ZADD', KEYS[1], tier, tier)
+  end
+  if not shards[shard] then
+    shards[shard] = true
+    redis.call('HSETNX', KEYS[2], shard, 0)
+  end
 end
 return #ARGV

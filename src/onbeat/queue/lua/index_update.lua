@@ -9,6 +9,7 @@
 -- ARGV[2..] = reports: shard, version, count, full ("1": the report lists every tier the shard
 --           holds, so any other tier is empty there), n, then n times: tier, head ("" = empty)
 local tiers_key, head_version_key, head_prefix = KEYS[1], KEYS[2], ARGV[1]
+local listed = {}  -- tiers this call added to KEYS[1] (and has not removed since)
 
 local function set_head(tier, shard, version, head)
   local field = tier .. ':' .. shard
@@ -21,10 +22,14 @@ local function set_head(tier, shard, version, head)
     redis.call('ZREM', key, shard)
     if redis.call('EXISTS', key) == 0 then
       redis.call('ZREM', tiers_key, tier)
+      listed[tier] = nil
     end
   else
     redis.call('ZADD', key, head, shard)
-    redis.call('ZADD', tiers_key, tier, tier)
+    if not listed[tier] then
+      listed[tier] = true
+      redis.call('ZADD', tiers_key, tier, tier)
+    end
   end
 end
 

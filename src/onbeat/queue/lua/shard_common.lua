@@ -1,15 +1,24 @@
 -- Helpers prepended (at load time) to every shard_*.lua script; not a script of its own.
--- A shard's keys all carry the hash tag {<shard>}, and tier keys are built from ARGV[1]
--- ("<prefix>:{<shard>}:due:"), so every key a shard script touches hashes to the slot of
--- its KEYS: a Redis Cluster runs it on one node.
+--
+-- A shard script works on one or more shards ("groups"). Group g owns KEYS[3g-2..3g]:
+--   <prefix>:{<shard>}:items    HASH    execution id -> the tier it is held in
+--   <prefix>:{<shard>}:tiers    SET     tiers of the shard holding at least one id
+--   <prefix>:{<shard>}:version  STRING  the shard's state version
+-- and its tier keys are built from its due prefix "<prefix>:{<shard>}:due:" (ARGV), as
+--   <prefix>:{<shard>}:due:<tier>  ZSET  execution ids scored by due time (microseconds)
+-- Every key of a shard carries its hash tag {<shard>}: on a Redis Cluster the caller sends one
+-- shard per call, so every key a call touches is in one slot; a single Redis takes many.
+-- ARGV[1] is always "now" in microseconds, from the queue's clock (never Redis TIME).
 
--- Every call moves the shard's version forward, floored at the caller's clock (ARGV[2],
--- microseconds), so a version never goes back even if the shard's keys were lost and
--- rebuilt. The index applies a shard's report only if it is newer than the one it holds.
-local function bump_version(version_key, now)
+local NOW = tonumber(ARGV[1])
+
+-- Every call moves a shard's version forward, floored at the caller's clock, so a version
+-- never goes back even if the shard's keys were lost and rebuilt. The index applies a
+-- shard's report only if it is newer than the one it holds.
+local function bump_version(version_key)
   local version = tonumber(redis.call('GET', version_key) or '0') + 1
-  if now > version then
-    version = now
+  if NOW > version then
+    version = NOW
   end
   redis.call('SET', version_key, version)
   return version
@@ -21,20 +30,21 @@ local function tier_head(tier_key)
   return first[2] or ''
 end
 
--- {version, ids held, n, tier_1, head_1, ..., tier_n, head_n}: what the index needs to mirror
--- this shard, for the tiers in `tiers` (a list of tier strings).
-local function report(items_key, version, tier_prefix, tiers)
-  local out = {version, redis.call('HLEN', items_key), #tiers}
-  for _, tier in ipairs(tiers) do
-    out[#out + 1] = tier
-    out[#out + 1] = tier_head(tier_prefix .. tier)
-  end
-  return out
-end
-
 -- Drop `tier` from the shard's tier set once its sorted set is empty.
-local function forget_tier_if_empty(tiers_key, tier_prefix, tier)
-  if redis.call('EXISTS', tier_prefix .. tier) == 0 then
+local function forget_tier_if_empty(tiers_key, due_prefix, tier)
+  if redis.call('EXISTS', due_prefix .. tier) == 0 then
     redis.call('SREM', tiers_key, tier)
   end
+end
+
+-- The report of group g after the call: {version, ids held, n, tier_1, head_1, ..., tier_n,
+-- head_n} for the tiers in `tiers`; what the index needs to mirror the shard.
+local function report(g, due_prefix, tiers)
+  local version = bump_version(KEYS[3 * g])
+  local out = {version, redis.call('HLEN', KEYS[3 * g - 2]), #tiers}
+  for _, tier in ipairs(tiers) do
+    out[#out + 1] = tier
+    out[#out + 1] = tier_head(due_prefix .. tier)
+  end
+  return out
 end

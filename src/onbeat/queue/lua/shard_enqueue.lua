@@ -1,32 +1,39 @@
--- Enqueue into one shard: add each id, or move it (last write wins, one copy kept).
--- KEYS[1] = <prefix>:{<shard>}:items    HASH    execution id -> the tier it is held in
--- KEYS[2] = <prefix>:{<shard>}:tiers    SET     tiers holding at least one id
--- KEYS[3] = <prefix>:{<shard>}:version  STRING  the shard's state version
--- ARGV[1] = "<prefix>:{<shard>}:due:"   tier key prefix; <prefix>:{<shard>}:due:<tier> is a
---           ZSET of execution ids scored by due time (microseconds since the epoch)
--- ARGV[2] = now, microseconds (the queue's clock)
--- ARGV[3..] = id, due, tier; repeated, applied in order
--- Returns the shard report (see shard_common.lua) for every tier the call touched.
-local items_key, tiers_key, tier_prefix = KEYS[1], KEYS[2], ARGV[1]
-local touched, touched_list = {}, {}
-local function touch(tier)
-  if not touched[tier] then
-    touched[tier] = true
-    touched_list[#touched_list + 1] = tier
+-- Enqueue into shards: add each id, or move it within its shard (last write wins).
+-- KEYS: three per group (items, tiers, version), see shard_common.lua
+-- ARGV[1] = now, microseconds
+-- ARGV[2..] = per group: due prefix, n, then n times: id, due (microseconds), tier
+-- Returns one report per group (see shard_common.lua) covering every tier it touched.
+local reports, a = {}, 2
+for g = 1, #KEYS / 3 do
+  local items_key, tiers_key = KEYS[3 * g - 2], KEYS[3 * g - 1]
+  local due_prefix, n = ARGV[a], tonumber(ARGV[a + 1])
+  a = a + 2
+  local touched, touched_list, listed = {}, {}, {}
+  for _ = 1, n do
+    local id, due, tier = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    a = a + 3
+    local old = redis.call('HGET', items_key, id)
+    if old ~= tier then
+      if old then
+        redis.call('ZREM', due_prefix .. old, id)
+        forget_tier_if_empty(tiers_key, due_prefix, old)
+        if not touched[old] then
+          touched[old] = true
+          touched_list[#touched_list + 1] = old
+        end
+      end
+      redis.call('HSET', items_key, id, tier)
+    end
+    redis.call('ZADD', due_prefix .. tier, due, id)
+    if not listed[tier] then  -- once per tier: ids are unique in a call, so none empties it
+      listed[tier] = true
+      redis.call('SADD', tiers_key, tier)
+    end
+    if not touched[tier] then
+      touched[tier] = true
+      touched_list[#touched_list + 1] = tier
+    end
   end
+  reports[g] = report(g, due_prefix, touched_list)
 end
-for i = 3, #ARGV, 3 do
-  local id, due, tier = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local old = redis.call('HGET', items_key, id)
-  if old and old ~= tier then
-    redis.call('ZREM', tier_prefix .. old, id)
-    forget_tier_if_empty(tiers_key, tier_prefix, old)
-    touch(old)
-  end
-  redis.call('ZADD', tier_prefix .. tier, due, id)
-  redis.call('HSET', items_key, id, tier)
-  redis.call('SADD', tiers_key, tier)
-  touch(tier)
-end
-local version = bump_version(KEYS[3], tonumber(ARGV[2]))
-return report(items_key, version, tier_prefix, touched_list)
+return reports

@@ -1,26 +1,30 @@
--- Remove ids from one shard, whatever tier holds them; unknown ids are ignored.
--- KEYS[1] = <prefix>:{<shard>}:items    HASH    execution id -> the tier it is held in
--- KEYS[2] = <prefix>:{<shard>}:tiers    SET     tiers holding at least one id
--- KEYS[3] = <prefix>:{<shard>}:version  STRING  the shard's state version
--- ARGV[1] = "<prefix>:{<shard>}:due:"   tier key prefix (ZSET per tier, scored by due time)
--- ARGV[2] = now, microseconds (the queue's clock)
--- ARGV[3..] = execution ids
--- Returns the shard report (see shard_common.lua) for every tier the call touched.
-local items_key, tiers_key, tier_prefix = KEYS[1], KEYS[2], ARGV[1]
-local touched, touched_list = {}, {}
-for i = 3, #ARGV do
-  local tier = redis.call('HGET', items_key, ARGV[i])
-  if tier then
-    redis.call('ZREM', tier_prefix .. tier, ARGV[i])
-    redis.call('HDEL', items_key, ARGV[i])
-    if not touched[tier] then
-      touched[tier] = true
-      touched_list[#touched_list + 1] = tier
+-- Remove ids from shards, whatever tier holds them; ids a shard does not hold are ignored.
+-- KEYS: three per group (items, tiers, version), see shard_common.lua
+-- ARGV[1] = now, microseconds
+-- ARGV[2..] = per group: due prefix, n, then n execution ids
+-- Returns one report per group (see shard_common.lua) covering every tier it touched.
+local reports, a = {}, 2
+for g = 1, #KEYS / 3 do
+  local items_key, tiers_key = KEYS[3 * g - 2], KEYS[3 * g - 1]
+  local due_prefix, n = ARGV[a], tonumber(ARGV[a + 1])
+  a = a + 2
+  local touched, touched_list = {}, {}
+  for _ = 1, n do
+    local id = ARGV[a]
+    a = a + 1
+    local tier = redis.call('HGET', items_key, id)
+    if tier then
+      redis.call('ZREM', due_prefix .. tier, id)
+      redis.call('HDEL', items_key, id)
+      if not touched[tier] then
+        touched[tier] = true
+        touched_list[#touched_list + 1] = tier
+      end
     end
   end
+  for _, tier in ipairs(touched_list) do
+    forget_tier_if_empty(tiers_key, due_prefix, tier)
+  end
+  reports[g] = report(g, due_prefix, touched_list)
 end
-for _, tier in ipairs(touched_list) do
-  forget_tier_if_empty(tiers_key, tier_prefix, tier)
-end
-local version = bump_version(KEYS[3], tonumber(ARGV[2]))
-return report(items_key, version, tier_prefix, touched_list)
+return reports
