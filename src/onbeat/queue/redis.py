@@ -92,13 +92,11 @@ class _Report:
 
     shard: int
     version: int
-    count: int
     heads: list[tuple[str, str]]  # (tier, earliest due as Redis prints it, "" when empty)
     full: bool = False
 
     def args(self) -> list[str | int]:
-        out: list[str | int] = [self.shard, self.version, self.count, int(self.full)]
-        out.append(len(self.heads))
+        out: list[str | int] = [self.shard, self.version, int(self.full), len(self.heads)]
         for tier, head in self.heads:
             out += [tier, head]
         return out
@@ -106,9 +104,9 @@ class _Report:
 
 def _parse_report(shard: int, reply: list[Any], full: bool = False) -> tuple[_Report, list[Any]]:
     """Split a shard script's reply into its report and what follows it (claimed ids)."""
-    n = int(reply[2])
-    heads = [(str(reply[3 + 2 * i]), str(reply[4 + 2 * i])) for i in range(n)]
-    return _Report(shard, int(reply[0]), int(reply[1]), heads, full), reply[3 + 2 * n :]
+    n = int(reply[1])
+    heads = [(str(reply[2 + 2 * i]), str(reply[3 + 2 * i])) for i in range(n)]
+    return _Report(shard, int(reply[0]), heads, full), reply[2 + 2 * n :]
 
 
 @dataclass(slots=True)
@@ -257,7 +255,7 @@ class RedisDelayQueue:
         for (tier, shard), due in lowest.items():
             lower_args += [tier, shard, due]
         now = to_us(self._clock.now())
-        lower_keys = [self._keys.index_tiers, self._keys.index_count_version]
+        lower_keys = [self._keys.index_tiers, self._keys.index_shards]
         calls = [_Call(self._scripts["index_lower"], lower_args, lower_keys)]
         where_calls = self._pack_where(by_bucket)
         calls += where_calls
@@ -365,9 +363,13 @@ class RedisDelayQueue:
         return None if head is None else from_us(head)
 
     async def size(self) -> int:
+        """Asks every registered shard: a diagnostic, not for the hot path."""
         with self._reaching():
-            counts = await self._redis.hvals(self._keys.index_count)
-        return sum(int(count) for count in counts)
+            shards = sorted(
+                int(shard) for shard in await self._redis.smembers(self._keys.index_shards)
+            )
+            calls = [_Call(None, ["HLEN", self._keys.shard(shard).items]) for shard in shards]
+            return sum(await self._pipeline(calls)) if calls else 0
 
     async def wait(self, timeout: float) -> None:
         if self._closed:
@@ -419,7 +421,7 @@ class RedisDelayQueue:
         self._check_open()
         now = to_us(self._clock.now())
         with self._reaching():
-            registered = await self._redis.hkeys(self._keys.index_count_version)
+            registered = await self._redis.smembers(self._keys.index_shards)
             shards = sorted({int(s) for s in registered} | set(range(self._repair_shards)))
             for batch in _chunks(shards, 256):
                 groups = [_Group(shard, [self._keys.shard(shard).due_prefix]) for shard in batch]

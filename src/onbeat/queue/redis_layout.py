@@ -13,8 +13,7 @@ key                                type     holds
 ``P:{index}:tiers``                ZSET     every tier some shard holds (score = tier)
 ``P:{index}:due:<tier>``           ZSET     shards scored by the earliest due time of their tier
 ``P:{index}:head_version``         HASH     ``<tier>:<shard>`` -> version of that head
-``P:{index}:count``                HASH     shard -> ids it holds (``size()`` sums them)
-``P:{index}:count_version``        HASH     shard -> version of its count; registry of shards
+``P:{index}:shards``               SET      every shard ever used (``repair``, ``size``)
 ``P:{where:<bucket>}:shard``       HASH     execution id -> shard (bucket = crc32(id) mod 16)
 ``P:wake``                         channel  pub/sub: "<queue instance> <earliest due>" on enqueue
 =================================  =======  ===================================================
@@ -77,8 +76,7 @@ class Keys:
         self.index_tiers = f"{index}:tiers"
         self.index_due_prefix = f"{index}:due:"
         self.index_head_version = f"{index}:head_version"
-        self.index_count = f"{index}:count"
-        self.index_count_version = f"{index}:count_version"
+        self.index_shards = f"{index}:shards"
         self.wake_channel = f"{prefix}:wake"
         self._shards: dict[int, ShardKeys] = {}
 
@@ -100,12 +98,7 @@ class Keys:
     @property
     def index_keys(self) -> list[str]:
         """The keys of index_update.lua, in order."""
-        return [
-            self.index_tiers,
-            self.index_head_version,
-            self.index_count,
-            self.index_count_version,
-        ]
+        return [self.index_tiers, self.index_head_version]
 
     def pattern(self) -> str:
         """Matches every key of this prefix (for tests and tools that drop a queue)."""

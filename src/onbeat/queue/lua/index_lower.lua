@@ -3,8 +3,7 @@
 -- that dies between its shard write and its index update leaves the index early (a claimer
 -- visits, finds the truth and corrects it), never late.
 -- KEYS[1] = <prefix>:{index}:tiers      ZSET  tier -> tier: every tier some shard holds
--- KEYS[2] = <prefix>:{index}:count_version  HASH  shard -> version of its count; its fields are
---           also the registry of every shard ever used (the repair pass walks them)
+-- KEYS[2] = <prefix>:{index}:shards     SET   every shard ever used (repair and size walk it)
 -- ARGV[1] = "<prefix>:{index}:due:"     head key prefix; <prefix>:{index}:due:<tier> is a ZSET
 --           of shards scored by the earliest due time (microseconds) of that shard's tier
 -- ARGV[2..] = tier, shard, due; repeated
@@ -18,7 +17,7 @@ for i = 2, #ARGV, 3 do
   end
   if not shards[shard] then
     shards[shard] = true
-    redis.call('HSETNX', KEYS[2], shard, 0)
+    redis.call('SADD', KEYS[2], shard)
   end
 end
 return #ARGV

@@ -1,12 +1,10 @@
 -- Mirror shard reports in the index. Reports arrive out of order from many processes, so each
--- (tier, shard) head and each shard count is only replaced by a report of a newer version.
+-- (tier, shard) head is only replaced by a report of a newer version.
 -- KEYS[1] = <prefix>:{index}:tiers          ZSET  tier -> tier: every tier some shard holds
 -- KEYS[2] = <prefix>:{index}:head_version   HASH  "<tier>:<shard>" -> version of that head
--- KEYS[3] = <prefix>:{index}:count          HASH  shard -> ids it holds
--- KEYS[4] = <prefix>:{index}:count_version  HASH  shard -> version of its count
 -- ARGV[1] = "<prefix>:{index}:due:"         head key prefix (ZSET of shards per tier, scored by
 --           the earliest due time of that shard's tier, microseconds)
--- ARGV[2..] = reports: shard, version, count, full ("1": the report lists every tier the shard
+-- ARGV[2..] = reports: shard, version, full ("1": the report lists every tier the shard
 --           holds, so any other tier is empty there), n, then n times: tier, head ("" = empty)
 local tiers_key, head_version_key, head_prefix = KEYS[1], KEYS[2], ARGV[1]
 local listed = {}  -- tiers this call added to KEYS[1] (and has not removed since)
@@ -35,13 +33,8 @@ end
 
 local i = 2
 while i <= #ARGV do
-  local shard, version, count, full, n =
-    ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
-  i = i + 5
-  if version > tonumber(redis.call('HGET', KEYS[4], shard) or '-1') then
-    redis.call('HSET', KEYS[4], shard, version)
-    redis.call('HSET', KEYS[3], shard, count)
-  end
+  local shard, version, full, n = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3])
+  i = i + 4
   local seen = {}
   for _ = 1, n do
     seen[ARGV[i]] = true

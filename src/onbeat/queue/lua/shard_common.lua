@@ -14,14 +14,15 @@ local NOW = tonumber(ARGV[1])
 
 -- Every call moves a shard's version forward, floored at the caller's clock, so a version
 -- never goes back even if the shard's keys were lost and rebuilt. The index applies a
--- shard's report only if it is newer than the one it holds.
+-- shard's report only if it is newer than the one it holds. (One SET ... GET: the clock has
+-- moved on since the last call, unless another caller's clock runs ahead.)
 local function bump_version(version_key)
-  local version = tonumber(redis.call('GET', version_key) or '0') + 1
-  if NOW > version then
-    version = NOW
+  local old = tonumber(redis.call('SET', version_key, NOW, 'GET') or '0')
+  if old < NOW then
+    return NOW
   end
-  redis.call('SET', version_key, version)
-  return version
+  redis.call('SET', version_key, old + 1)
+  return old + 1
 end
 
 -- The earliest due time in a tier ("" when the tier is empty); the score as Redis prints it.
@@ -37,11 +38,10 @@ local function forget_tier_if_empty(tiers_key, due_prefix, tier)
   end
 end
 
--- The report of group g after the call: {version, ids held, n, tier_1, head_1, ..., tier_n,
--- head_n} for the tiers in `tiers`; what the index needs to mirror the shard.
+-- The report of group g after the call: {version, n, tier_1, head_1, ..., tier_n, head_n}
+-- for the tiers in `tiers`: what the index needs to mirror the shard.
 local function report(g, due_prefix, tiers)
-  local version = bump_version(KEYS[3 * g])
-  local out = {version, redis.call('HLEN', KEYS[3 * g - 2]), #tiers}
+  local out = {bump_version(KEYS[3 * g]), #tiers}
   for _, tier in ipairs(tiers) do
     out[#out + 1] = tier
     out[#out + 1] = tier_head(due_prefix .. tier)
