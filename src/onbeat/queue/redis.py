@@ -46,24 +46,20 @@ import math
 import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.client import Pipeline
 from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
 from onbeat.queue.base import QueueItem
-from onbeat.queue.redis_layout import Keys, from_us, load_lua, to_us
+from onbeat.queue.redis_layout import Keys, from_us, to_us
+from onbeat.queue.redis_scripts import CHUNK, Call, Group, Scripts, ShardReport, chunks
 from onbeat.queue.redis_wake import Waiters, WakeListener
 
 __all__ = ["RedisDelayQueue"]
@@ -72,10 +68,6 @@ ROUND_WIDTH = 32
 """Shards claimed from in one pipelined round; a claim's limit is split among them."""
 MAX_ROUNDS = 8
 """Rounds per claim (one tier per round): a claim spanning more returns what it has."""
-CHUNK = 1000
-"""Ids per shard script call or look-up command, so no single call blocks Redis for long."""
-CALL_ARGS = 3 * CHUNK
-"""Arguments per script call: on a single Redis, groups of several shards share a call up to this."""
 REPAIR_INTERVAL = 10.0
 """Seconds between ``repair()`` passes started by ``wait()``."""
 CONNECT_TIMEOUT = 2.0
@@ -84,57 +76,6 @@ COMMAND_TIMEOUT = 10.0
 """Seconds a command may take before the connection counts as broken."""
 
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-@dataclass(slots=True)
-class _Report:
-    """What a shard script says about its shard after the call, for index_update.lua."""
-
-    shard: int
-    version: int
-    heads: list[tuple[str, str]]  # (tier, earliest due as Redis prints it, "" when empty)
-    full: bool = False
-
-    def args(self) -> list[str | int]:
-        out: list[str | int] = [self.shard, self.version, int(self.full), len(self.heads)]
-        for tier, head in self.heads:
-            out += [tier, head]
-        return out
-
-
-def _parse_report(shard: int, reply: list[Any], full: bool = False) -> tuple[_Report, list[Any]]:
-    """Split a shard script's reply into its report and what follows it (claimed ids)."""
-    n = int(reply[1])
-    heads = [(str(reply[2 + 2 * i]), str(reply[3 + 2 * i])) for i in range(n)]
-    return _Report(shard, int(reply[0]), heads, full), reply[2 + 2 * n :]
-
-
-@dataclass(slots=True)
-class _Call:
-    """One command of a pipeline: a script call (``script`` set) or a plain command."""
-
-    script: AsyncScript | None
-    args: Sequence[str | int]
-    keys: Sequence[str] = field(default_factory=list)
-
-    def add_to(self, pipe: Pipeline) -> None:
-        if self.script is None:
-            pipe.execute_command(*self.args)
-        else:
-            pipe.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
-
-
-def _chunks(values: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(values), size):
-        yield values[start : start + size]
-
-
-@dataclass(slots=True)
-class _Group:
-    """One shard's (or where-bucket's) part of a grouped script call: its ARGV slice."""
-
-    key: int  # the shard, or the where-bucket
-    args: list[str | int]
 
 
 class RedisDelayQueue:
@@ -158,27 +99,13 @@ class RedisDelayQueue:
         self._clock = clock
         self._keys = Keys(prefix)
         self._repair_shards = shards
-        self._per_shard_calls = per_shard_calls
         parts = urlsplit(url)
         self.url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         """The URL without credentials, as errors show it."""
         self._client_url = url
         self._instance = uuid.uuid4().hex[:12]
         self._redis = self._client(COMMAND_TIMEOUT, f"onbeat-queue-{self._instance}")
-        self._scripts = {
-            name: self._redis.register_script(load_lua(name))
-            for name in (
-                "shard_enqueue",
-                "shard_claim",
-                "shard_remove",
-                "shard_state",
-                "index_lower",
-                "index_update",
-                "index_pick",
-                "index_head",
-                "where_set",
-            )
-        }
+        self._scripts = Scripts(self._redis, self._keys, per_shard_calls)
         self._waiters = Waiters()
         self._listener = WakeListener(
             # Blocks on pub/sub reads as long as it takes; named, so operators can find it.
@@ -256,33 +183,35 @@ class RedisDelayQueue:
             lower_args += [tier, shard, due]
         now = to_us(self._clock.now())
         lower_keys = [self._keys.index_tiers, self._keys.index_shards]
-        calls = [_Call(self._scripts["index_lower"], lower_args, lower_keys)]
-        where_calls = self._pack_where(by_bucket)
+        calls = [Call(self._scripts["index_lower"], lower_args, lower_keys)]
+        where_calls = self._scripts.where_calls(by_bucket)
         calls += where_calls
         groups = []
         for shard, shard_items in by_shard.items():
-            for chunk in _chunks(shard_items):
+            for chunk in chunks(shard_items):
                 args: list[str | int] = [self._keys.shard(shard).due_prefix, len(chunk)]
                 for item in chunk:
                     args += [item.execution_id, to_us(item.due_at), str(item.priority)]
-                groups.append(_Group(shard, args))
-        shard_calls = self._pack_shards("shard_enqueue", now, groups)
+                groups.append(Group(shard, args))
+        shard_calls = self._scripts.shard_calls("shard_enqueue", now, groups)
         calls += [call for call, _ in shard_calls]
         with self._reaching():
-            replies = await self._pipeline(calls)
+            # One round trip: lowering the index first, so a writer that dies mid-way leaves
+            # the index early, not late (see index_lower.lua).
+            replies = await self._scripts.run(calls)
             first = 1 + len(where_calls)
             reports = [
-                _parse_report(shard, reply)[0]
-                for shard, reply in self._unpack(shard_calls, replies[first:])
+                ShardReport.parse(shard, reply)[0]
+                for shard, reply in self._scripts.group_replies(shard_calls, replies[first:])
             ]
             moved: dict[int, list[str]] = {}
             for reply in replies[1:first]:
                 for eid, old in zip(reply[::2], reply[1::2], strict=True):
                     moved.setdefault(int(old), []).append(eid)
-            reports += await self._remove_from_shards(moved, now)
+            reports += await self._scripts.remove_from_shards(moved, now)
             earliest = min(lowest.values())
             publish = ["PUBLISH", self._keys.wake_channel, f"{self._instance} {earliest}"]
-            await self._pipeline([self._index_update(reports), _Call(None, publish)])
+            await self._scripts.run([self._scripts.index_update(reports), Call(None, publish)])
         self._waiters.arrived(earliest)
 
     async def claim_due(self, limit: int) -> list[str]:
@@ -293,7 +222,7 @@ class RedisDelayQueue:
             return []
         now = to_us(self._clock.now())
         claimed: list[str] = []
-        reports: list[_Report] = []
+        reports: list[ShardReport] = []
         with self._reaching():
             pairs = await self._scripts["index_pick"](
                 keys=[self._keys.index_tiers],
@@ -311,15 +240,15 @@ class RedisDelayQueue:
                     claimed += ids
                 candidates.extendleft(reversed(more))
             if reports:
-                calls = [self._index_update(reports)]
+                calls = [self._scripts.index_update(reports)]
                 by_bucket: dict[int, list[str]] = {}
                 for eid in claimed:
                     by_bucket.setdefault(Keys.bucket_of(eid), []).append(eid)
                 calls += [
-                    _Call(None, ["HDEL", self._keys.where(bucket), *ids])
+                    Call(None, ["HDEL", self._keys.where(bucket), *ids])
                     for bucket, ids in by_bucket.items()
                 ]
-                await self._pipeline(calls)
+                await self._scripts.run(calls)
         return claimed
 
     async def remove(self, execution_ids: Sequence[str]) -> None:
@@ -328,30 +257,30 @@ class RedisDelayQueue:
             return
         now = to_us(self._clock.now())
         with self._reaching():
-            shards = await self._look_up_shards(execution_ids, take=True)
+            shards = await self._scripts.look_up_shards(execution_ids, take=True)
             by_shard: dict[int, list[str]] = {}
             for eid, shard in shards.items():
                 by_shard.setdefault(shard, []).append(eid)
-            reports = await self._remove_from_shards(by_shard, now)
+            reports = await self._scripts.remove_from_shards(by_shard, now)
             if reports:
-                await self._pipeline([self._index_update(reports)])
+                await self._scripts.run([self._scripts.index_update(reports)])
 
     async def missing(self, execution_ids: Sequence[str]) -> list[str]:
         if not execution_ids:
             return []
         held: set[str] = set()
         with self._reaching():
-            shards = await self._look_up_shards(execution_ids, take=False)
+            shards = await self._scripts.look_up_shards(execution_ids, take=False)
             by_shard: dict[int, list[str]] = {}
             for eid, shard in shards.items():
                 by_shard.setdefault(shard, []).append(eid)
             calls = [
-                _Call(None, ["HMGET", self._keys.shard(shard).items, *chunk])
+                Call(None, ["HMGET", self._keys.shard(shard).items, *chunk])
                 for shard, ids in by_shard.items()
-                for chunk in _chunks(ids, 10 * CHUNK)
+                for chunk in chunks(ids, 10 * CHUNK)
             ]
-            asked = [chunk for ids in by_shard.values() for chunk in _chunks(ids, 10 * CHUNK)]
-            for chunk, tiers in zip(asked, await self._pipeline(calls), strict=True):
+            asked = [chunk for ids in by_shard.values() for chunk in chunks(ids, 10 * CHUNK)]
+            for chunk, tiers in zip(asked, await self._scripts.run(calls), strict=True):
                 held.update(eid for eid, tier in zip(chunk, tiers, strict=True) if tier is not None)
         return [eid for eid in execution_ids if eid not in held]
 
@@ -368,8 +297,8 @@ class RedisDelayQueue:
             shards = sorted(
                 int(shard) for shard in await self._redis.smembers(self._keys.index_shards)
             )
-            calls = [_Call(None, ["HLEN", self._keys.shard(shard).items]) for shard in shards]
-            return sum(await self._pipeline(calls)) if calls else 0
+            calls = [Call(None, ["HLEN", self._keys.shard(shard).items]) for shard in shards]
+            return sum(await self._scripts.run(calls)) if calls else 0
 
     async def wait(self, timeout: float) -> None:
         if self._closed:
@@ -423,15 +352,10 @@ class RedisDelayQueue:
         with self._reaching():
             registered = await self._redis.smembers(self._keys.index_shards)
             shards = sorted({int(s) for s in registered} | set(range(self._repair_shards)))
-            for batch in _chunks(shards, 256):
-                groups = [_Group(shard, [self._keys.shard(shard).due_prefix]) for shard in batch]
-                shard_calls = self._pack_shards("shard_state", now, groups)
-                replies = await self._pipeline([call for call, _ in shard_calls])
-                reports = [
-                    _parse_report(shard, reply, full=True)[0]
-                    for shard, reply in self._unpack(shard_calls, replies)
-                ]
-                await self._pipeline([self._index_update(reports)])
+            for batch in chunks(shards, 256):
+                groups = [Group(shard, [self._keys.shard(shard).due_prefix]) for shard in batch]
+                states = await self._scripts.run_shards("shard_state", now, groups, full=True)
+                await self._scripts.run([self._scripts.index_update([r for r, _ in states])])
 
     # -- internals -------------------------------------------------------------------------
 
@@ -447,38 +371,9 @@ class RedisDelayQueue:
         except _UNREACHABLE as error:
             raise QueueUnavailableError(self.url, str(error) or type(error).__name__) from error
 
-    async def _pipeline(self, calls: Sequence[_Call]) -> list[Any]:
-        """Run ``calls`` in one round trip (not a transaction). Scripts Redis does not have
-        (it restarted, or SCRIPT FLUSH) are loaded and their calls run again: a call that
-        failed with NOSCRIPT never ran."""
-        pipe = self._redis.pipeline(transaction=False)
-        for call in calls:
-            call.add_to(pipe)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if again:
-            for script in {id(calls[i].script): calls[i].script for i in again}.values():
-                assert script is not None
-                script.sha = await self._redis.script_load(script.script)
-            pipe = self._redis.pipeline(transaction=False)
-            for i in again:
-                calls[i].add_to(pipe)
-            for i, reply in zip(again, await pipe.execute(raise_on_error=False), strict=True):
-                replies[i] = reply
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-    def _index_update(self, reports: Sequence[_Report]) -> _Call:
-        args: list[str | int] = [self._keys.index_due_prefix]
-        for report in reports:
-            args += report.args()
-        return _Call(self._scripts["index_update"], args, self._keys.index_keys)
-
     async def _claim_round(
         self, candidates: deque[tuple[str, int]], wanted: int, now: int
-    ) -> tuple[list[tuple[_Report, list[str]]], list[tuple[str, int]]]:
+    ) -> tuple[list[tuple[ShardReport, list[str]]], list[tuple[str, int]]]:
         """Claim from the first candidates of the first candidate's tier, ``wanted`` split
         among them. Returns what each gave, and the candidates that may hold more."""
         tier = candidates[0][0]
@@ -488,101 +383,17 @@ class RedisDelayQueue:
         share, extra = divmod(wanted, len(batch))
         allotments = [share + (i < extra) for i in range(len(batch))]
         groups = [
-            _Group(shard, [self._keys.shard(shard).due_prefix, tier, allotment])
+            Group(shard, [self._keys.shard(shard).due_prefix, tier, allotment])
             for (_, shard), allotment in zip(batch, allotments, strict=True)
         ]
-        shard_calls = self._pack_shards("shard_claim", now, groups)
-        replies = await self._pipeline([call for call, _ in shard_calls])
-        out: list[tuple[_Report, list[str]]] = []
+        out: list[tuple[ShardReport, list[str]]] = []
         more: list[tuple[str, int]] = []
-        for (shard, reply), allotment in zip(
-            self._unpack(shard_calls, replies), allotments, strict=True
-        ):
-            report, ids = _parse_report(shard, reply)
+        replies = await self._scripts.run_shards("shard_claim", now, groups)
+        for (report, ids), allotment in zip(replies, allotments, strict=True):
             out.append((report, [str(eid) for eid in ids]))
             if len(ids) == allotment:
-                more.append((tier, shard))
+                more.append((tier, report.shard))
         return out, more
-
-    async def _remove_from_shards(self, by_shard: dict[int, list[str]], now: int) -> list[_Report]:
-        groups = [
-            _Group(shard, [self._keys.shard(shard).due_prefix, len(chunk), *chunk])
-            for shard, ids in by_shard.items()
-            for chunk in _chunks(ids)
-        ]
-        if not groups:
-            return []
-        shard_calls = self._pack_shards("shard_remove", now, groups)
-        replies = await self._pipeline([call for call, _ in shard_calls])
-        return [
-            _parse_report(shard, reply)[0] for shard, reply in self._unpack(shard_calls, replies)
-        ]
-
-    def _pack_shards(
-        self, script: str, now: int, groups: Sequence[_Group]
-    ) -> list[tuple[_Call, list[int]]]:
-        """Script calls for ``groups`` (shard parts, in order): one shard per call with
-        ``per_shard_calls`` (a Cluster runs a script in one slot), else as many as fit
-        ``CALL_ARGS``. Returns each call with the shards of its groups."""
-        packed: list[tuple[_Call, list[int]]] = []
-        keys: list[str] = []
-        args: list[str | int] = [now]
-        shards: list[int] = []
-        for group in groups:
-            if shards and (self._per_shard_calls or len(args) + len(group.args) > CALL_ARGS):
-                packed.append((_Call(self._scripts[script], args, keys), shards))
-                keys, args, shards = [], [now], []
-            keys += self._keys.shard(group.key).keys
-            args += group.args
-            shards.append(group.key)
-        if shards:
-            packed.append((_Call(self._scripts[script], args, keys), shards))
-        return packed
-
-    def _pack_where(self, by_bucket: dict[int, list[str | int]]) -> list[_Call]:
-        """where_set.lua calls for (id, shard) pairs by bucket, packed like ``_pack_shards``."""
-        packed: list[_Call] = []
-        keys: list[str] = []
-        args: list[str | int] = []
-        for bucket, pairs in by_bucket.items():
-            if keys and (self._per_shard_calls or len(args) + len(pairs) > CALL_ARGS):
-                packed.append(_Call(self._scripts["where_set"], args, keys))
-                keys, args = [], []
-            keys.append(self._keys.where(bucket))
-            args += [len(pairs) // 2, *pairs]
-        if keys:
-            packed.append(_Call(self._scripts["where_set"], args, keys))
-        return packed
-
-    @staticmethod
-    def _unpack(
-        shard_calls: Sequence[tuple[_Call, list[int]]], replies: Sequence[Any]
-    ) -> Iterator[tuple[int, list[Any]]]:
-        """(shard, its group's reply) for every group of ``shard_calls``, in order."""
-        for (_, shards), reply in zip(shard_calls, replies, strict=True):
-            yield from zip(shards, reply, strict=True)
-
-    async def _look_up_shards(self, execution_ids: Sequence[str], take: bool) -> dict[str, int]:
-        """id -> shard from the where-buckets, for the ids they know; ``take`` also deletes."""
-        by_bucket: dict[int, list[str]] = {}
-        for eid in dict.fromkeys(execution_ids):
-            by_bucket.setdefault(Keys.bucket_of(eid), []).append(eid)
-        asked: list[Sequence[str]] = []
-        calls: list[_Call] = []
-        for bucket, ids in by_bucket.items():
-            for chunk in _chunks(ids, 10 * CHUNK):
-                asked.append(chunk)
-                calls.append(_Call(None, ["HMGET", self._keys.where(bucket), *chunk]))
-                if take:
-                    calls.append(_Call(None, ["HDEL", self._keys.where(bucket), *chunk]))
-        replies = await self._pipeline(calls)
-        step = 2 if take else 1
-        found: dict[str, int] = {}
-        for chunk, shards in zip(asked, replies[::step], strict=True):
-            found.update(
-                (eid, int(shard)) for eid, shard in zip(chunk, shards, strict=True) if shard
-            )
-        return found
 
     async def _plan_wait(self, start: float, timeout: float) -> tuple[float, float]:
         """Subscribe (first call), repair if it is time, then read the earliest due time.
