@@ -1,7 +1,8 @@
 """The Redis delay queue: sorted sets per (shard, priority tier), claimed atomically by Lua.
 
-``open_queue("redis://host:port/db?prefix=onbeat&shards=1024")`` returns one. The key layout is
-in ``redis_layout`` and the scripts in ``lua/``; the choices, and why:
+``open_queue("redis://host:port/db?prefix=onbeat")`` returns one (Redis >= 6.2). The key
+layout is in ``redis_layout``, the scripts in ``lua/`` and the calls that run them in
+``redis_scripts``; the choices, and why:
 
 - **Shards are the truth.** Each shard (``QueueItem.shard``, fixed by the store per job) has its
   own keys under the hash tag ``{<shard>}``, and every change to a shard is one script, so a
@@ -12,8 +13,10 @@ in ``redis_layout`` and the scripts in ``lua/``; the choices, and why:
   asking 1,024 shards on every claim costs 39 ms even pipelined (measured: one pipeline of 1,024
   ZRANGEs; a single command is ~0.3 ms). So ``{index}`` keys mirror each (tier, shard)'s
   earliest due time; a claim asks the index for the due (tier, shard) pairs, highest tier then
-  earliest head first, then claims from up to ``ROUND_WIDTH`` shards per pipelined round: about
-  3 round trips per claim whatever the shard count. Every shard script returns a versioned
+  earliest head first, then claims from up to ``ROUND_WIDTH`` shards per round (one script
+  call on a single Redis; one call per shard, pipelined, with ``?per_shard_calls=1``, the
+  pattern a Cluster needs): about 3 round trips per claim whatever the shard count, and within
+  a tier the claim's limit is split among the shards. Every shard script returns a versioned
   report of what it changed and the index keeps only the newest report per (tier, shard), so
   reports from many processes may land in any order. Before writing ids, an enqueue lowers the
   index heads first (``index_lower.lua``): a writer that dies between the two steps leaves the
@@ -27,7 +30,11 @@ in ``redis_layout`` and the scripts in ``lua/``; the choices, and why:
   They are a hint: ``missing`` reports an id as held only if its shard says so, so a stale or
   lost entry can only make the sweep re-enqueue an id it holds already (idempotent), never
   leave a lost run unreported.
-- **Wake-ups across processes** use pub/sub on ``<prefix>:wake`` (see ``redis_wake``).
+- **Wake-ups across processes** use pub/sub on ``<prefix>:wake`` (see ``redis_wake``): a
+  waiter sleeps on the injected clock until the earliest due time or its timeout, and wakes
+  early only for an arrival due by then. No polling.
+- **size()** asks every registered shard (``HLEN`` each): the product does not call it, so
+  the hot path keeps no counter for it.
 - **No visibility timeout.** A claimed id leaves the queue. If its worker dies before
   ``Store.execution_claim`` flips it to running, the store still says ``queued`` and the
   scheduler's sweep re-enqueues it after ``sweep_overdue`` (the same path that refills a Redis
