@@ -14,6 +14,7 @@ held id. Keys live under a fresh prefix that is dropped afterwards. Prints a tab
 
     .venv/bin/python bench/queue_redis.py
     .venv/bin/python bench/queue_redis.py --items 20000 --shards 16 --claimers 4
+    .venv/bin/python bench/queue_redis.py --per-shard-calls   # the calls a Redis Cluster needs
 """
 
 from __future__ import annotations
@@ -118,9 +119,13 @@ def main() -> None:
     parser.add_argument("--enqueue-batch", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--claimers", type=int, default=2)
+    parser.add_argument(
+        "--per-shard-calls", action="store_true", help="one shard per script call, as on a Cluster"
+    )
     args = parser.parse_args()
 
-    url, prefix = fresh_queue_url(args.url)
+    options = {"per_shard_calls": 1} if args.per_shard_calls else {}
+    url, prefix = fresh_queue_url(args.url, **options)
     try:
         before = asyncio.run(_redis_stats(args.url))
         enqueue = asyncio.run(_enqueue(url, args))
@@ -151,6 +156,7 @@ def main() -> None:
         "shards": args.shards,
         "tiers": args.tiers,
         "claimers": args.claimers,
+        "per_shard_calls": args.per_shard_calls,
         "batch": args.batch,
         "enqueue_per_s": args.items / enqueue["seconds"],
         "enqueue_batch_p99_ms": enqueue["batch_p99"] * 1e3,

@@ -32,7 +32,10 @@ class DelayQueue(Protocol):
     async def claim_due(self, limit: int) -> list[str]:
         """Atomically remove and return up to ``limit`` ids whose due time has come.
 
-        Highest priority first, then earliest ``due_at``. An id is returned to one caller only.
+        Highest priority first, then earliest ``due_at`` (a backend that keeps shards apart,
+        like Redis, orders by ``due_at`` within each shard and spreads a claim over the shards
+        of a tier). An id is returned to one caller only, across processes if the backend is
+        shared.
         """
         ...
 

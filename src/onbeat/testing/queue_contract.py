@@ -18,7 +18,9 @@ What the suite pins down where ``base.DelayQueue`` is silent: an item is due whe
 refused with ``ValueError`` and nothing is stored; ``claim_due(0)`` returns ``[]`` and a negative
 limit raises ``ValueError``; re-enqueue is last-write-wins (the newest due_at and priority, even
 if later or lower); ``close()`` is idempotent and releases waiters. Order among items with equal
-priority and ``due_at`` is left to the backend.
+priority and ``due_at`` is left to the backend. Items carry a ``shard``: ``claim_due``,
+``missing`` and ``remove`` span every shard and priority is honoured across shards, but due-time
+order is only required within a shard (a backend may spread a claim over the shards of a tier).
 """
 
 from __future__ import annotations
