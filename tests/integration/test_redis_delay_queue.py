@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from onbeat.errors import QueueUnavailableError
 from onbeat.queue import QueueItem, open_queue
 from onbeat.queue.redis import RedisDelayQueue
+from onbeat.queue.redis_scripts import Call
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.redis_queue import REDIS_TEST_URL, drop_prefix, fresh_queue_url
 
@@ -247,6 +249,34 @@ async def test_index_early__a_claim_corrects_it_and_wait_sleeps_again(
     clock.advance(60)
     await asyncio.wait_for(waiter, SAFETY_TIMEOUT)
     assert await queue.claim_due(10) == ["e1"]
+
+
+async def test_claim_due__hands_out_what_it_claimed_when_redis_drops_after(
+    open_queues: QueueFactory, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = open_queues()
+    await queue.enqueue([QueueItem("e1", _at(clock, -1), shard=1)])
+    real_run = queue._scripts.run
+    index_update = queue._scripts["index_update"]
+
+    async def drop_before_index_update(calls: Sequence[Call]) -> list[Any]:
+        if any(call.script is index_update for call in calls):
+            raise RedisConnectionError("Connection reset by peer")
+        return await real_run(calls)
+
+    monkeypatch.setattr(queue._scripts, "run", drop_before_index_update)
+    assert await queue.claim_due(10) == ["e1"]  # it left Redis: better run than swept later
+    monkeypatch.undo()
+    assert await queue.missing(["e1"]) == ["e1"]
+    assert await queue.claim_due(10) == []  # the index was early: this claim corrects it
+    assert await queue.next_due_at() is None
+    # An enqueue that wrote its ids but not its index update says so (the caller retries; it
+    # is idempotent) and leaves the index early, so the ids are found all the same.
+    monkeypatch.setattr(queue._scripts, "run", drop_before_index_update)
+    with pytest.raises(QueueUnavailableError):
+        await queue.enqueue([QueueItem("e2", _at(clock, -1), shard=6)])
+    monkeypatch.undo()
+    assert await queue.claim_due(10) == ["e2"]
 
 
 # -- layout ---------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import uuid
 from collections import deque
@@ -70,6 +71,8 @@ from onbeat.queue.redis_scripts import CHUNK, Call, Group, Scripts, ShardReport,
 from onbeat.queue.redis_wake import Waiters, WakeListener
 
 __all__ = ["RedisDelayQueue"]
+
+log = logging.getLogger(__name__)
 
 ROUND_WIDTH = 32
 """Shards claimed from in one pipelined round; a claim's limit is split among them."""
@@ -230,7 +233,7 @@ class RedisDelayQueue:
         now = to_us(self._clock.now())
         claimed: list[str] = []
         reports: list[ShardReport] = []
-        with self._reaching():
+        try:
             pairs = await self._scripts["index_pick"](
                 keys=[self._keys.index_tiers],
                 args=[self._keys.index_due_prefix, now, min(limit, ROUND_WIDTH * MAX_ROUNDS)],
@@ -256,6 +259,13 @@ class RedisDelayQueue:
                     for bucket, ids in by_bucket.items()
                 ]
                 await self._scripts.run(calls)
+        except _UNREACHABLE as error:
+            if not claimed:
+                raise QueueUnavailableError(self.url, str(error) or type(error).__name__) from error
+            # These ids have left Redis: hand them out rather than leave them to the sweep. The
+            # index is left early (the next claim corrects it), the look-up entries stale
+            # (``missing`` checks the shards, so it still reports these ids).
+            log.warning("delay queue: claimed %d ids, then lost Redis (%s)", len(claimed), error)
         return claimed
 
     async def remove(self, execution_ids: Sequence[str]) -> None:
