@@ -160,6 +160,7 @@ class RedisDelayQueue:
             decode_responses=True,
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=read_timeout,
+            socket_keepalive=True,  # a peer that vanished is noticed by the OS, eventually
             retry=Retry(NoBackoff(), 1),  # one reconnect; callers retry with backoff
         )
 

@@ -100,10 +100,6 @@ class Keys:
         """The keys of index_update.lua, in order."""
         return [self.index_tiers, self.index_head_version]
 
-    def pattern(self) -> str:
-        """Matches every key of this prefix (for tests and tools that drop a queue)."""
-        return f"{self.prefix}:*"
-
 
 def load_lua(name: str) -> str:
     """The text of ``lua/<name>.lua``; shard scripts get ``shard_common.lua`` prepended."""
