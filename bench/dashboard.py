@@ -45,8 +45,8 @@ from onbeat import App
 from onbeat.api import create_app
 from onbeat.auth import Role
 from onbeat.plan import shard_of
+from onbeat.store.rows import to_us
 from onbeat.store.sqlite import SQLiteStore
-from onbeat.store.sqlite_rows import to_us
 
 TASKS = [
     f"{area}.{verb}"

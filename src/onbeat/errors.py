@@ -89,10 +89,5 @@ class StoreWriteRefusedError(OnbeatError):
 
 
 class QueueUnavailableError(OnbeatError):
-    """The delay queue's server cannot be reached (down, restarting, wrong address). Nothing
-    is lost by it: the store holds every run; retry with backoff, or claim from the store."""
-
-    def __init__(self, location: str, reason: str) -> None:
-        super().__init__(f"cannot reach the delay queue at {location}: {reason}")
-        self.location = location
-        self.reason = reason
+    """The delay queue's backing service cannot be reached or used (database down, file not
+    openable): nothing was queued or claimed; retry once it is back."""

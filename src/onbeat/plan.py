@@ -1,5 +1,5 @@
-"""Pure decisions about which executions exist and which start: first run, next run, misfires,
-overlap, jitter.
+"""Pure decisions about which executions exist, which start and what becomes of them: first run,
+next run, misfires, overlap, jitter, the end of an attempt (finished, released or lost).
 
 Every store backend calls these inside its own transaction, so PostgreSQL and SQLite plan
 identically and the rules are tested once, without a database.
@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from onbeat.model import ExecutionStatus, JobStatus, MisfirePolicy, OverlapPolicy, Trigger
+from onbeat.model import (
+    ExecutionStatus,
+    JobStatus,
+    MisfirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+    Trigger,
+)
+from onbeat.retry import backoff_delay
 from onbeat.schedule import Schedule, ScheduleKind
 
 MAX_FIRES_PER_DISPATCH = 10_000
@@ -377,3 +385,56 @@ def _overlap(
     if ahead:
         return f"{WAITING}execution {ahead[0].id}, which started after this fire time", None
     return None, None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """What becomes of a run when its attempt ends."""
+
+    status: ExecutionStatus
+    due_in: float | None = None
+    """Seconds from now until it is due again (a retry or a release); None keeps its due time."""
+    reason: str | None = None
+    uncount: bool = False
+    """The attempt does not count against ``max_attempts`` (a stopping worker released it)."""
+
+
+def plan_finish(
+    *,
+    succeeded: bool,
+    released: bool,
+    job_cancelled: bool,
+    attempt: int,
+    retry_in: float | None,
+) -> AttemptEnd:
+    """An attempt its worker ended: succeeded; released by a stopping worker (due again at once,
+    not counted); cancelled with its job; retried after ``retry_in`` seconds (the worker chose the
+    backoff); or, with no retry left, failed and dead-lettered."""
+    if succeeded:
+        return AttemptEnd(ExecutionStatus.SUCCEEDED)
+    if released:
+        return AttemptEnd(
+            ExecutionStatus.SCHEDULED, 0.0, "released by a stopping worker", uncount=True
+        )
+    if job_cancelled:
+        return AttemptEnd(ExecutionStatus.CANCELLED, reason="job cancelled")
+    if retry_in is not None:
+        return AttemptEnd(
+            ExecutionStatus.SCHEDULED, retry_in, f"retry after attempt {attempt} failed"
+        )
+    return AttemptEnd(ExecutionStatus.FAILED)
+
+
+def plan_reap(*, job_cancelled: bool, attempt: int, retry: RetryPolicy) -> AttemptEnd:
+    """An attempt whose lease expired (its worker died or stalled): the attempt counts; the run is
+    queued again after its backoff (the reaper enqueues it, so no shard takeover is needed to run
+    it), cancelled with its job, or failed after its last attempt."""
+    if job_cancelled:
+        return AttemptEnd(ExecutionStatus.CANCELLED, reason="job cancelled")
+    if attempt >= retry.max_attempts:
+        return AttemptEnd(ExecutionStatus.FAILED)
+    return AttemptEnd(
+        ExecutionStatus.QUEUED,
+        backoff_delay(retry, attempt),
+        f"retry after attempt {attempt} was lost",
+    )

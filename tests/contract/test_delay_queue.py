@@ -7,13 +7,16 @@ A new backend is one more ``delay_queue`` param (and its URL); the tests themsel
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from onbeat.queue import DelayQueue, open_queue
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.queue_contract import DelayQueueContract
-from onbeat.testing.redis_queue import drop_prefix, fresh_queue_url
+from onbeat.testing.redis_queue import drop_prefix
+from onbeat.testing.redis_queue import fresh_queue_url as fresh_redis_url
+from tests.queue_backends import fresh_queue_url
 
 
 @pytest.fixture
@@ -24,28 +27,39 @@ def clock() -> FakeClock:
 @pytest.fixture(
     params=[
         pytest.param("memory", id="memory"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.external_service),
+        pytest.param("sqlite", id="sqlite"),
         pytest.param("redis", id="redis", marks=pytest.mark.external_service),
         # One shard per script call, as a Redis Cluster needs them (still on one Redis).
         pytest.param("redis-per-shard", id="redis-per-shard", marks=pytest.mark.external_service),
     ]
 )
 async def delay_queue(
-    request: pytest.FixtureRequest, clock: FakeClock
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
 ) -> AsyncIterator[DelayQueue]:
-    prefix = None
-    if request.param == "redis":  # a key prefix of its own, dropped afterwards
-        url, prefix = fresh_queue_url()
-    elif request.param == "redis-per-shard":
-        url, prefix = fresh_queue_url(per_shard_calls=1)
-    else:
-        url = "memory://"
-    queue = open_queue(url, clock)
-    try:
-        yield queue
-    finally:
-        await queue.close()
-        if prefix is not None:
+    if request.param == "memory":
+        queue = open_queue("memory://", clock)
+        try:
+            yield queue
+        finally:
+            await queue.close()
+        return
+    if request.param.startswith("redis"):  # a key prefix of its own, dropped afterwards
+        per_shard_calls = int(request.param == "redis-per-shard")
+        url, prefix = fresh_redis_url(per_shard_calls=per_shard_calls)
+        queue = open_queue(url, clock)
+        try:
+            yield queue
+        finally:
+            await queue.close()
             await drop_prefix(prefix)
+        return
+    async with fresh_queue_url(request.param, tmp_path) as url:
+        queue = open_queue(url, clock)
+        try:
+            yield queue
+        finally:
+            await queue.close()
 
 
 class TestDelayQueue(DelayQueueContract):

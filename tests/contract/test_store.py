@@ -1,44 +1,61 @@
 """Runs the ``Store`` contract suite against every backend.
 
 A new backend is one more ``store_factory`` param (and its URL, or its own factory); the tests
-themselves live in ``onbeat.testing.store_contract`` and are never copied.
+themselves live in ``onbeat.testing.store_contract*`` (one module per area) and are never copied.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
 from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
-from onbeat.testing.store_contract import SHARD_COUNT, StoreContract, StoreFactory
+from onbeat.testing.postgres import store_schema
+from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory, StoreOpener
+from onbeat.testing.store_contract_claim import ClaimContract
+from onbeat.testing.store_contract_concurrency import ConcurrencyContract
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
+from onbeat.testing.store_contract_dead_letters import DeadLetterContract
+from onbeat.testing.store_contract_dispatch import DispatchContract
+from onbeat.testing.store_contract_fencing import FencingContract
+from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
+from onbeat.testing.store_contract_job_changes import JobChangesContract
+from onbeat.testing.store_contract_jobs import JobsContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
 from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
     ScheduleHistoryContract,
 )
 
-_STORE_URLS = {"sqlite": "sqlite:///{directory}/onbeat.db"}
-"""Per backend, the URL of a fresh store; ``{directory}`` is an empty directory of the test's."""
+
+@contextmanager
+def _fresh_url(backend: str, directory: Path) -> Iterator[str]:
+    """The URL of an empty database of ``backend`` for one test (``directory`` is the test's)."""
+    if backend == "postgres":
+        with store_schema() as url:  # a schema of the test server's, emptied afterwards
+            yield url
+    else:
+        yield f"sqlite:///{directory}/onbeat.db"
 
 
 def _url_factory(backend: str) -> StoreFactory:
     @contextmanager
-    def open_fresh(directory: Path, clock: FakeClock) -> Iterator[Store]:
-        store = open_store(
-            _STORE_URLS[backend].format(directory=directory), clock, shard_count=SHARD_COUNT
-        )
-        try:
-            yield store
-        finally:
-            store.close()
+    def fresh_database(directory: Path, clock: FakeClock) -> Iterator[StoreOpener]:
+        with _fresh_url(backend, directory) as url, ExitStack() as opened:
 
-    return open_fresh
+            def open_another() -> Store:
+                store = open_store(url, clock, shard_count=SHARD_COUNT)
+                opened.callback(store.close)
+                return store
+
+            yield open_another
+
+    return fresh_database
 
 
 @pytest.fixture
@@ -46,7 +63,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=[pytest.param("sqlite", id="sqlite")])
+@pytest.fixture(params=["sqlite", "postgres"])
 def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
     backend: str = request.param
     return _url_factory(backend)
@@ -54,12 +71,19 @@ def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
 
 @pytest.fixture
 def store(store_factory: StoreFactory, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
-    with store_factory(tmp_path, clock) as fresh:
-        yield fresh
+    with store_factory(tmp_path, clock) as open_another:
+        yield open_another()
 
 
 class TestStore(
-    StoreContract,
+    JobsContract,
+    JobChangesContract,
+    DispatchContract,
+    ClaimContract,
+    FinishContract,
+    DeadLetterContract,
+    FencingContract,
+    ConcurrencyContract,
     ScheduleChainContract,
     ScheduleHistoryContract,
     RecoveryContract,

@@ -12,8 +12,8 @@ from onbeat.schedule import Schedule
 from onbeat.scheduler import Scheduler
 from onbeat.store import sqlite as sqlite_store
 from onbeat.store.base import DispatchParams, NewJob
+from onbeat.store.rows import to_us
 from onbeat.store.sqlite import SQLiteStore
-from onbeat.store.sqlite_rows import to_us
 from onbeat.testing import FakeClock
 from onbeat.worker import Worker
 from tests.integration.conftest import Node

@@ -1,28 +1,47 @@
-"""Every named SQL statement is used, and every one used exists (no dead or missing SQL)."""
+"""Every named SQL statement is used, and every one used exists, in every backend (no dead or
+missing SQL); the shared transactions find each of their statements in every backend."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
+
+import onbeat.store.postgres
+import onbeat.store.sql_store
 import onbeat.store.sqlite
 from onbeat.store.queries import load_queries, migrations
 
-
-def test_queries__every_sqlite_statement_is_used_and_every_used_one_exists() -> None:
-    source = Path(onbeat.store.sqlite.__file__).read_text()
-    used = set(re.findall(r'Q\["(\w+)"\]', source))
-    assert used == set(load_queries("sqlite"))
+_BACKEND_MODULES = {"sqlite": onbeat.store.sqlite, "postgres": onbeat.store.postgres}
+_STATEMENT = re.compile(r'(?:\bQ|self\._q)\["(\w+)"\]')
 
 
-def test_migrations__numbered_from_one_without_gaps() -> None:
-    versions = [version for version, _ in migrations("sqlite")]
-    expected = range(1, max(versions) + 1)
-    assert versions == list(expected)
+def _used_in(module: object) -> set[str]:
+    return set(_STATEMENT.findall(Path(module.__file__).read_text()))  # type: ignore[attr-defined]
 
 
-def test_queries__waiting_runs_are_found_by_the_reason_plan_gives_them() -> None:
+@pytest.mark.parametrize("backend", sorted(_BACKEND_MODULES))
+def test_queries__every_statement_is_used_and_every_used_one_exists(backend: str) -> None:
+    used = _used_in(onbeat.store.sql_store) | _used_in(_BACKEND_MODULES[backend])
+    assert used == set(load_queries(backend))
+
+
+def test_queries__the_shared_transactions_use_the_same_statements_everywhere() -> None:
+    shared = _used_in(onbeat.store.sql_store)
+    for backend in _BACKEND_MODULES:
+        assert shared <= set(load_queries(backend)), backend
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKEND_MODULES))
+def test_migrations__numbered_from_one_without_gaps(backend: str) -> None:
+    versions = [version for version, _ in migrations(backend)]
+    assert versions == list(range(1, max(versions) + 1))
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKEND_MODULES))
+def test_queries__waiting_runs_are_found_by_the_reason_plan_gives_them(backend: str) -> None:
     """The wake-up statement spells plan.WAITING out as a literal."""
     from onbeat.plan import WAITING
 
-    assert f"LIKE '{WAITING}%'" in load_queries("sqlite")["executions_wake_waiting"]
+    assert f"LIKE '{WAITING}%'" in load_queries(backend)["executions_wake_waiting"]

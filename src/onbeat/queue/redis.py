@@ -262,7 +262,7 @@ class RedisDelayQueue:
                 await self._scripts.run(calls)
         except _UNREACHABLE as error:
             if not claimed:
-                raise QueueUnavailableError(self.url, str(error) or type(error).__name__) from error
+                raise self._unavailable(str(error) or type(error).__name__) from error
             # These ids have left Redis: hand them out rather than leave them to the sweep. The
             # index is left early (the next claim corrects it), the look-up entries stale
             # (``missing`` checks the shards, so it still reports these ids).
@@ -381,13 +381,16 @@ class RedisDelayQueue:
         if self._closed:
             raise RuntimeError("RedisDelayQueue is closed")
 
+    def _unavailable(self, reason: str) -> QueueUnavailableError:
+        return QueueUnavailableError(f"cannot reach the delay queue at {self.url}: {reason}")
+
     @contextlib.contextmanager
     def _reaching(self) -> Iterator[None]:
         """Turn "cannot reach Redis" into one clear onbeat error naming the URL."""
         try:
             yield
         except _UNREACHABLE as error:
-            raise QueueUnavailableError(self.url, str(error) or type(error).__name__) from error
+            raise self._unavailable(str(error) or type(error).__name__) from error
 
     async def _claim_round(
         self, candidates: deque[tuple[str, int]], wanted: int, now: int
@@ -420,7 +423,7 @@ class RedisDelayQueue:
             try:
                 await self._listener.until_subscribed(CONNECT_TIMEOUT)
             except TimeoutError:
-                raise QueueUnavailableError(self.url, "no wake-up subscription") from None
+                raise self._unavailable("no wake-up subscription") from None
         if self._clock.monotonic() - self._last_repair >= REPAIR_INTERVAL:
             self._last_repair = self._clock.monotonic()
             await self.repair()

@@ -10,10 +10,17 @@ __all__ = ["Store", "open_store"]
 
 
 def open_store(url: str, clock: Clock, shard_count: int = 16) -> Store:
-    """Pick the backend from the URL scheme: ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``.
+    """Pick the backend from the URL scheme: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``
+    or ``postgresql://user@host:port/database``.
     Raises StoreOpenError, saying why in one line, if the store cannot be opened."""
     if url.startswith("sqlite:///"):
         from onbeat.store.sqlite import SQLiteStore
 
         return SQLiteStore(url.removeprefix("sqlite:///"), clock, shard_count)
-    raise StoreOpenError(repr(url), "unsupported scheme (expected sqlite:///PATH)")
+    if url.startswith(("postgresql://", "postgres://")):
+        from onbeat.store.postgres import PostgresStore
+
+        return PostgresStore(url, clock, shard_count)
+    raise StoreOpenError(
+        repr(url), "unsupported scheme (expected sqlite:///PATH or postgresql://HOST/DATABASE)"
+    )

@@ -7,6 +7,14 @@ or expire a healthy lease. Hot-path methods take and return batches.
 
 Methods are synchronous: database drivers release the GIL, and the async services call them through
 ``asyncio.to_thread``, a handful of times per batch rather than per execution.
+
+Concurrency is part of the contract: any number of processes call any method on one database at
+once, and no backend may count on a single writer. Each method says on its ``Concurrency:`` line
+what holds then (``onbeat.testing.store_contract_concurrency`` races them). The rule behind them:
+a method that reads, decides and writes re-checks at write time what it decided on (a conditional
+UPDATE and its RETURNING, a row lock, a unique key), so a change that commits in between wins and
+is never undone or applied twice. Reads see committed writes only, statement by statement: a read
+made of several statements (a run, then its attempts) is not one snapshot.
 """
 
 from __future__ import annotations
@@ -147,17 +155,24 @@ class DispatchParams:
 class Store(Protocol):
     shard_count: int
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Concurrency: closes this object's own connections; other stores on the database go on."""
+        ...
 
     def now(self) -> datetime:
-        """The store's clock (the database server's time where it has one)."""
+        """The store's clock (the database server's time where it has one).
+
+        Concurrency: every store on one database decides due times and lease expiry by this one
+        clock, so two processes never disagree on whether a lease has expired."""
         ...
 
     def write_refusal(self) -> str | None:
         """Why the store refuses writes, or None if it accepts them. Every method that writes
         raises StoreWriteRefusedError (nothing changed) when the database refuses the write
         (disk full, read-only, I/O error); from then on this probes with a write of its own,
-        until one succeeds. While nothing was refused it answers without touching the disk."""
+        until one succeeds. While nothing was refused it answers without touching the disk.
+
+        Concurrency: per store object; a probe is a transaction of its own and leaves nothing."""
         ...
 
     # --- API role -------------------------------------------------------------------------
@@ -165,13 +180,17 @@ class Store(Protocol):
         """Insert the job and its first execution in one transaction (``replayed`` False). With an
         idempotency key already used by the tenant for the same submission, return that job with
         ``replayed`` True instead; if the key was used for a different submission, raise
-        ValidationError naming ``Idempotency-Key``. The key is looked up inside the inserting
-        transaction, so of concurrent submissions under one key exactly one is not replayed."""
+        ValidationError naming ``Idempotency-Key``.
+
+        Concurrency: the key is looked up where the job is inserted (unique key, one transaction):
+        of concurrent creates under one key exactly one inserts; the others replay its job."""
         ...
 
     def job_get(self, job_id: str) -> Job | None:
         """The job; UnreadableRecordError if its stored values cannot be decoded or fail
-        ``onbeat.validation.check_job`` (a row written behind the store's back)."""
+        ``onbeat.validation.check_job`` (a row written behind the store's back).
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def job_list(
@@ -185,35 +204,53 @@ class Store(Protocol):
     ) -> list[Job]:
         """Up to ``limit`` jobs in id order (which is creation order), starting after
         ``after_id``. A job ``job_get`` would find unreadable is logged and left out (the rows
-        after it still fill the page), so one bad row never breaks a listing."""
+        after it still fill the page), so one bad row never breaks a listing.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def job_update(self, job_id: str, changes: JobChanges) -> Job:
         """Edit a job. With a new schedule, the old one's fire times up to now keep their runs
         (those a stalled scheduler never planned get one), its later ones, never due, are deleted,
         and the new schedule's first fire time without a run becomes the job's next planned run;
-        other fields apply to every run that starts afterwards."""
+        other fields apply to every run that starts afterwards.
+
+        Concurrency: serialised with the job's other writes (edit, pause, dispatch, claim) by a
+        lock on the job: it keeps one planned run, at a fire time of the schedule in force."""
         ...
 
     def job_pause(self, job_id: str) -> Job:
-        """Stop dispatching the job's runs; pending executions wait, running ones finish."""
+        """Stop dispatching the job's runs; pending executions wait, running ones finish.
+
+        Concurrency: serialised with the job's other writes: a claim that commits after it holds
+        the run back; one that committed before it has started the run."""
         ...
 
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
         """Dispatch again. A cron run whose time passed while paused is skipped (recorded) and the
-        next future fire is planned; a one-shot run still pending runs now."""
+        next future fire is planned; a one-shot run still pending runs now.
+
+        Concurrency: serialised with the job's other writes; resuming a job that is no longer
+        paused changes nothing, so of concurrent resumes one records the missed fire times."""
         ...
 
     def job_cancel(self, job_id: str) -> Job:
-        """Make the job inactive for good; its pending executions are cancelled."""
+        """Make the job inactive for good; its pending executions are cancelled.
+
+        Concurrency: serialised with the job's other writes: a run a claim started first runs on
+        (and is not retried); no claim that commits after it starts one."""
         ...
 
     def job_run_now(self, job_id: str) -> Execution:
-        """A ``manual`` execution due now, subject to the job's overlap policy when it starts."""
+        """A ``manual`` execution due now, subject to the job's overlap policy when it starts.
+
+        Concurrency: every call inserts a run of its own, however many arrive in one instant."""
         ...
 
     def execution_get(self, execution_id: str) -> Execution | None:
-        """The execution with its per-attempt history."""
+        """The execution with its per-attempt history.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def execution_list(
@@ -224,56 +261,90 @@ class Store(Protocol):
         before_id: str | None = None,
         limit: int = 100,
     ) -> list[Execution]:
-        """A job's executions, newest fire time first, with their attempts."""
+        """A job's executions, newest fire time first, with their attempts.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def dead_letter_list(
         self, *, tenant: str | None = None, after_id: str | None = None, limit: int = 100
-    ) -> list[DeadLetter]: ...
-
-    def dead_letter_replay(self, execution_id: str) -> Execution:
-        """Put a dead-lettered execution back to run now with a fresh set of attempts."""
+    ) -> list[DeadLetter]:
+        """Concurrency: a read of committed state (see the module docstring)."""
         ...
 
-    def dead_letter_drop(self, execution_id: str) -> None: ...
+    def dead_letter_replay(self, execution_id: str) -> Execution:
+        """Put a dead-lettered execution back to run now with a fresh set of attempts.
+
+        Concurrency: conditional on the dead letter still being there: of concurrent replays (or
+        a replay and a drop) one succeeds, the others raise NotFoundError."""
+        ...
+
+    def dead_letter_drop(self, execution_id: str) -> None:
+        """Concurrency: conditional on the dead letter being there, as ``dead_letter_replay``."""
+        ...
 
     def job_events(self, job_id: str) -> list[JobEvent]:
-        """The job's creation, pauses, resumes, schedule changes and cancellation, oldest first."""
+        """The job's creation, pauses, resumes, schedule changes and cancellation, oldest first.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def execution_fire_records(
         self, job_id: str, since: datetime, until: datetime
     ) -> list[tuple[datetime, ExecutionStatus]]:
-        """(scheduled_for, status) of the job's schedule-triggered runs fired in [since, until]."""
+        """(scheduled_for, status) of the job's schedule-triggered runs fired in [since, until].
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     # --- API keys ---------------------------------------------------------------------------
-    def api_key_insert(self, key: ApiKey, key_hash: str) -> None: ...
+    def api_key_insert(self, key: ApiKey, key_hash: str) -> None:
+        """Concurrency: a plain insert; a key id used already fails, never overwrites."""
+        ...
 
     def api_key_by_hash(self, key_hash: str) -> ApiKey | None:
-        """The active (not revoked) key with that hash."""
+        """The active (not revoked) key with that hash.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
-    def api_key_list(self) -> list[ApiKey]: ...
+    def api_key_list(self) -> list[ApiKey]:
+        """Concurrency: a read of committed state (see the module docstring)."""
+        ...
 
     def api_key_revoke(self, key_id: str) -> bool:
-        """Revoke an active key; False if there is no active key with that id."""
+        """Revoke an active key; False if there is no active key with that id.
+
+        Concurrency: conditional on the key being active: of concurrent revokes one answers True."""
         ...
 
-    def api_key_count_active(self) -> int: ...
+    def api_key_count_active(self) -> int:
+        """Concurrency: a read of committed state (see the module docstring)."""
+        ...
 
     # --- scheduler role -------------------------------------------------------------------
     def shard_acquire(self, owner: str, lease_ttl: float) -> ShardLeases:
         """Register ``owner`` as alive, renew its leases, take free or expired shards up to its fair
-        share (shards / live schedulers) and release any above it. A taken shard's epoch grows."""
+        share (shards / live schedulers) and release any above it. A taken shard's epoch grows.
+
+        Concurrency: a shard is taken only if free or expired at write time, and its epoch grows
+        then, so two schedulers never hold one shard at one epoch."""
         ...
 
-    def shard_release(self, owner: str) -> None: ...
+    def shard_release(self, owner: str) -> None:
+        """Give up every shard ``owner`` holds, and its registration (a scheduler stopping).
+
+        Concurrency: frees only what ``owner`` still holds at write time; a dispatch of its in
+        flight then writes nothing (fenced, see ``execution_dispatch``)."""
+        ...
 
     def execution_dispatch(self, params: DispatchParams) -> list[QueueItem]:
         """Move executions due within the window in the held shards from scheduled to queued,
         applying misfire policies and materialising each cron job's next execution in the same
-        transaction. Returns what to put in the delay queue. Writes are fenced by shard epoch."""
+        transaction. Returns what to put in the delay queue.
+
+        Concurrency: fenced by the shard lease and epoch re-read at commit, so a shard released or
+        taken gets no write; concurrent dispatches queue each run once and plan each fire once."""
         ...
 
     def job_repair_next_runs(
@@ -283,7 +354,10 @@ class Store(Protocol):
         after ``after_id``: each must have a planned (scheduled) run at its next fire time, or
         nothing would ever plan its next run. Plans one for each job without it (the first fire
         time from its recorded next fire on that has no run yet). Returns the repaired job ids
-        and the cursor of the next page (None after the last). Fenced by shard epoch."""
+        and the cursor of the next page (None after the last).
+
+        Concurrency: fenced by shard epoch at commit, as ``execution_dispatch``; a job whose next
+        run a dispatch or an edit planned first is not given a second one."""
         ...
 
     def execution_sweep(
@@ -298,16 +372,20 @@ class Store(Protocol):
         ``overdue_by`` seconds ago (None: every queued one), that no worker started: the queue may
         have lost them, so the caller re-enqueues those its queue lacks. In (shard, due_at, id)
         order from just after ``after``, so a backlog of any size is read a bounded page at a time.
-        Used periodically, and on shards just taken over from another scheduler. Reads only."""
+        Used periodically, and on shards just taken over from another scheduler. Reads only.
+
+        Concurrency: a read; a run it returns may start meanwhile, so enqueueing it again is
+        harmless (``execution_claim`` starts a run once)."""
         ...
 
     def execution_reap(self, limit: int) -> list[Execution]:
         """Up to ``limit`` running executions whose lease expired, in any shard: their worker died
         or stalled. Each becomes queued again, due after its retry backoff (the caller enqueues
         it, so no shard takeover is needed to run it again), or, past its last attempt, failed
-        with a dead letter; the lost attempt counts. Safe for any scheduler at any time: each
-        change is conditional on the lease being still expired and the fencing token unchanged,
-        so a heartbeat or an outcome that commits first wins, and no run is reaped twice."""
+        with a dead letter; the lost attempt counts. Safe for any scheduler at any time.
+
+        Concurrency: conditional at write time on running, lease still expired, token unchanged: a
+        heartbeat or outcome committed first wins (no false rescue); concurrent reaps reap once."""
         ...
 
     # --- worker role ----------------------------------------------------------------------
@@ -318,7 +396,10 @@ class Store(Protocol):
         ``plan.plan_claim`` decides: the misfire policy for first starts later than
         ``misfire_grace``, the overlap policy against runs already running at the fire time, a
         backlog in fire-time order. Executions that are cancelled, paused, already running or
-        stale are not started; executions not yet due by the store's clock are handed back."""
+        stale are not started; executions not yet due by the store's clock are handed back.
+
+        Concurrency: each run is started by one caller only (queued at write time); the overlap
+        check sees every run a claim committed first (a per-job lock), so overlap=skip holds."""
         ...
 
     def execution_heartbeat(
@@ -327,17 +408,25 @@ class Store(Protocol):
         """Extend the leases of the runs ``owner`` is running (``held``: id -> fencing token), in
         one statement; returns the pairs still held. A run missing from the answer was taken away
         (fenced). Only the named pairs are extended: a run the worker claimed but is not running
-        (it lost track of it) keeps its lease deadline, so the reaper frees it."""
+        (it lost track of it) keeps its lease deadline, so the reaper frees it.
+
+        Concurrency: conditional per pair on running, ``owner`` and token at write time: committed
+        first it keeps the run from the reaper; a run reaped or finished first is left out."""
         ...
 
     def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:
         """Record outcomes, each only if its fencing token is still current; returns the ids
-        accepted. A rejected completion is a stale result and must not be retried."""
+        accepted. A rejected completion is a stale result and must not be retried.
+
+        Concurrency: the accepted ids are those the conditional write changed (running, that
+        token), so of a finish and a reap, or two finishes, of one attempt exactly one wins."""
         ...
 
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
         """Give back runs a stopping worker did not finish (id -> fencing token): they are due
-        again at once and the interrupted attempt does not count."""
+        again at once and the interrupted attempt does not count.
+
+        Concurrency: as ``execution_finish_many``, conditional on owner, running and token."""
         ...
 
     # --- dashboard reads --------------------------------------------------------------------
@@ -354,7 +443,9 @@ class Store(Protocol):
         """Up to ``limit`` jobs in id (creation) order after ``after_id``: of ``tenant`` (None:
         every tenant), in ``status`` (None: any), and with ``text``, only those whose id starts
         with it (case-insensitive) or whose task name does. Task names matched are the first
-        :data:`MAX_SEARCH_TASKS` that start with ``text``."""
+        :data:`MAX_SEARCH_TASKS` that start with ``text``.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def execution_activity(
@@ -362,33 +453,48 @@ class Store(Protocol):
     ) -> list[ActivityBucket]:
         """Per ``bucket`` of [since, until), oldest first: the runs that ended in it by status,
         their start delays by :func:`delay_class`, and the queue depth at its end (runs due by
-        then that had not started; a retried run's earlier waits are not counted)."""
+        then that had not started; a retried run's earlier waits are not counted).
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def execution_running_by_owner(self, *, tenant: str | None) -> list[WorkerLoad]:
-        """Running executions per lease owner (the workers running them), by owner name."""
+        """Running executions per lease owner (the workers running them), by owner name.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def scheduler_shards(self) -> list[SchedulerShards]:
-        """Every registered scheduler with the shards it holds now, by owner name."""
+        """Every registered scheduler with the shards it holds now, by owner name.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def dead_letter_count(self, *, tenant: str | None, limit: int) -> int:
-        """How many dead letters ``tenant`` (None: every tenant) has, counting up to ``limit``."""
+        """How many dead letters ``tenant`` (None: every tenant) has, counting up to ``limit``.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
         """Per job, its run with the latest fire time that is running or ended (not planned or
-        queued), without attempts; a job with none is left out."""
+        queued), without attempts; a job with none is left out.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def api_key_get(self, key_id: str) -> ApiKey | None:
-        """The active (not revoked) key with that id."""
+        """The active (not revoked) key with that id.
+
+        Concurrency: a read of committed state (see the module docstring)."""
         ...
 
     def secret_get_or_create(self, name: str, value: str) -> str:
         """The secret stored under ``name``; ``value`` is stored first if there is none, so every
-        process on the store uses the one the first of them made."""
+        process on the store uses the one the first of them made.
+
+        Concurrency: insert-if-absent, then read, in one transaction: concurrent first calls all
+        answer the value of the one whose insert won."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""Loads a backend's named SQL statements from ``sql/<backend>/queries.sql``.
+"""Loads named SQL statements from ``.sql`` files shipped in onbeat's packages.
 
 Each statement starts with ``-- name: <name>``; keeping SQL in .sql files keeps it reviewable.
 """
@@ -8,14 +8,25 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
+from typing import LiteralString, cast
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-def load_queries(backend: str) -> dict[str, str]:
-    text = resources.files("onbeat.store").joinpath(f"sql/{backend}/queries.sql").read_text()
+def load_named_sql(package: str, resource: str) -> dict[str, LiteralString]:
+    """The statements of ``resource`` (a path inside ``package``), by name. Typed LiteralString:
+    the text ships with onbeat, so it counts as literal SQL, never as data."""
+    text = resources.files(package).joinpath(resource).read_text()
     parts = _NAME.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return {
+        name: cast(LiteralString, body.strip())
+        for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+
+
+def load_queries(backend: str) -> dict[str, str]:
+    """The store's statements for ``backend``, from ``sql/<backend>/queries.sql``."""
+    return dict(load_named_sql("onbeat.store", f"sql/{backend}/queries.sql"))
 
 
 def migrations(backend: str) -> list[tuple[int, str]]:

@@ -1,7 +1,8 @@
 """Store contract, dashboard reads: job search, the last hour's activity, who is running what,
 dead-letter counts, API keys by id and the shared signing secret.
 
-A mixin of ``StoreContract`` (see that module for the fixtures). Only the Store protocol is used.
+A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the fixtures).
+Only the Store protocol is used.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """``Store.execution_heartbeat`` contract: a worker extends the leases of the runs it names.
 
-A mixin for the contract suite (see :mod:`onbeat.testing.store_contract`): add
-``HeartbeatContract`` to the ``TestStore`` bases next to ``StoreContract``.
+A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the fixtures).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The ``Store`` contract for recovering lost work: reaping expired leases in every shard, each
 change conditional on the lease, and reading the sweep's backlog a bounded page at a time.
 
-Mixed into a backend's contract test class next to ``StoreContract``, with the same fixtures::
-
-    class TestStore(StoreContract, RecoveryContract):
-        pass
+A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the fixtures).
 """
 
 from __future__ import annotations

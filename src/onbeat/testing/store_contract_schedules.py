@@ -1,8 +1,9 @@
 """Store contract, schedule chains: an edit, a pause, a stall or a lost queue never ends a job's
 schedule, every fire time gets exactly one record, and the misfire policy picks which missed ones run.
 
-A mixin of ``StoreContract`` (see that module for the fixtures). ``Simulated`` plays a healthy
-scheduler and worker through the Store protocol alone, so each test states only its scenario.
+A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the fixtures).
+``Simulated`` plays a healthy scheduler and worker through the Store protocol alone, so each
+test states only its scenario.
 """
 
 from __future__ import annotations
@@ -386,7 +387,8 @@ class ScheduleHistoryMachine(RuleBasedStateMachine):
         self._exit = ExitStack()
         directory = Path(self._exit.enter_context(tempfile.TemporaryDirectory()))
         self.clock = FakeClock()
-        self.store = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        open_another = self._exit.enter_context(type(self).open_store(directory, self.clock))
+        self.store = open_another()
         self.sim = Simulated(self.store, self.clock)
         self.job_id = ""
 

@@ -360,7 +360,9 @@ SELECT fingerprint, job_id FROM idempotency_keys WHERE tenant = :tenant AND key 
 
 -- name: idempotency_key_insert
 INSERT INTO idempotency_keys (tenant, key, fingerprint, job_id, created_at)
-VALUES (:tenant, :key, :fingerprint, :job_id, :now);
+VALUES (:tenant, :key, :fingerprint, :job_id, :now)
+ON CONFLICT (tenant, key) DO NOTHING
+RETURNING job_id;
 
 -- name: idempotency_key_prune
 DELETE FROM idempotency_keys WHERE created_at < :before;
@@ -483,3 +485,8 @@ SELECT d.*, j.task, j.params FROM dead_letters d JOIN jobs j ON j.id = d.job_id
 WHERE d.tenant = :tenant AND d.execution_id > :after_id
 ORDER BY d.execution_id
 LIMIT :limit;
+
+-- name: job_get_for_update
+-- The job an edit, pause, resume, cancel or manual run decides on (BEGIN IMMEDIATE holds the
+-- write lock already; PostgreSQL's version locks the row).
+SELECT * FROM jobs WHERE id = :id;

@@ -1,6 +1,6 @@
-"""How SQLiteStore's rows map to onbeat's records and back: times as integer microseconds (UTC),
+"""How the SQL backends' rows map to onbeat's records and back: times as integer microseconds (UTC),
 enums by value, a job's columns, and the small helpers of its keyset reads. Pure functions, no
-connection: ``store/sqlite.py`` holds the transactions."""
+connection: ``store/sql_store.py`` holds the transactions."""
 
 from __future__ import annotations
 
@@ -210,14 +210,16 @@ def execution_of(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
     )
 
 
+LEAST_CHAR = "\x01"
+"""The least code point a stored text can hold."""
 TEXT_MAX = "\U0010ffff"
 """Above every id and name the dashboard searches (the greatest code point)."""
 
 
 def prefix_end(prefix: str) -> str:
     """A string above every string that starts with ``prefix`` (non-empty) and below every other
-    string above them: its last character, one code point up (SQLite compares UTF-8 bytes, which
-    sort as code points do)."""
+    string above them: its last character, one code point up (both backends compare UTF-8 bytes,
+    which sort as code points do: PostgreSQL's text keys are COLLATE "C")."""
     stem = prefix.rstrip(TEXT_MAX)
     if not stem:  # only the greatest code point: nothing sorts after its own extensions
         return prefix + TEXT_MAX * 64
@@ -228,8 +230,10 @@ def prefix_end(prefix: str) -> str:
 
 
 def after_last(found: Sequence[str]) -> str:
-    """The least string after the last of ``found`` ("" for none)."""
-    return found[-1] + "\0" if found else ""
+    """The least string after the last of ``found`` ("" for none). No stored text holds NUL
+    (PostgreSQL's cannot, and onbeat's validation refuses control characters), so that is the
+    last one with the least other code point appended."""
+    return found[-1] + LEAST_CHAR if found else ""
 
 
 def unique(ordered: Iterable[str]) -> Iterator[str]:

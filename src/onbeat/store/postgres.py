@@ -1,0 +1,217 @@
+"""PostgresStore: the distributed backend of ``SQLStore``, on PostgreSQL through psycopg 3.
+
+A connection pool serves the process; every write is a READ COMMITTED transaction whose reads lock
+what its decision rests on (see ``sql/postgres/queries.sql``), so any number of schedulers, workers
+and API processes share one database. A deadlock or serialization failure rolls the transaction
+back and it runs again (``SQLStore`` retries it).
+
+The store's clock is the database server's: read once at open and every ``CLOCK_RESYNC`` seconds,
+and carried forward between reads on this host's monotonic clock, so every process on the store
+agrees on "now" (a node whose wall clock is wrong cannot fire a run early or expire a lease) at
+the cost of one query per resync, not one per transaction. A test passes a ``Clock`` instead
+(River's ``coalesce(:now, now())``: the same FakeClock tests run on both backends).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import RowMaker
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from onbeat.clock import Clock
+from onbeat.errors import StoreOpenError, StoreWriteRefusedError
+from onbeat.store.queries import load_queries, migrations
+from onbeat.store.sql_store import Connection, Cursor, SQLStore
+
+log = logging.getLogger("onbeat.store")
+CLOCK_RESYNC = 10.0
+"""Seconds between reads of the database server's clock."""
+POOL_SIZE = 8
+"""Connections per process: a worker's claim, heartbeat and finish loops and a scheduler's timers
+each hold one for the length of one transaction."""
+CONNECT_TIMEOUT = 10.0
+MIGRATION_LOCK = 7243000000
+"""Advisory lock key: one process at a time applies migrations."""
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_REFUSED = (psycopg.errors.DiskFull, psycopg.errors.ReadOnlySqlTransaction)
+"""A write the server cannot take (as opposed to a bug or a lost connection)."""
+
+
+def postgres_queries() -> dict[str, str]:
+    """The named statements, with ``:name`` parameters turned into psycopg's ``%(name)s``."""
+    return {
+        name: _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+        for name, sql in load_queries("postgres").items()
+    }
+
+
+class Row:
+    """A result row read by column name or position, like ``sqlite3.Row``."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, index: Mapping[str, int], values: Sequence[Any]) -> None:
+        self._index = index
+        self._values = values
+
+    def __getitem__(self, key: str | int) -> Any:
+        return self._values[self._index[key] if isinstance(key, str) else key]
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+def _row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
+    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    return lambda values: Row(index, values)
+
+
+class _Connection:
+    """A psycopg connection with sqlite3's ``execute``/``executemany`` shape."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Mapping[str, Any] | None = None, /) -> Cursor:
+        return self._conn.execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Mapping[str, Any]], /) -> None:
+        batch = list(parameters)
+        if batch:
+            with self._conn.cursor() as cursor:
+                cursor.executemany(sql, batch)
+
+
+class PostgresStore(SQLStore):
+    """The Store on PostgreSQL: ``PostgresStore("postgresql://host/db")``."""
+
+    dialect = "postgres"
+    _q = postgres_queries()
+    _retry_errors = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+    def __init__(
+        self, url: str, clock: Clock | None = None, shard_count: int = 16, migrate: bool = True
+    ) -> None:
+        """Connect, migrate (unless ``migrate`` is False) and set up the shards;
+        StoreOpenError, naming the server, if the database cannot be reached or used."""
+        self._url = url
+        self._clock = clock
+        self._write_refused: str | None = None
+        self._clock_lock = threading.Lock()
+        self._server_anchor: tuple[float, datetime] | None = None
+        self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=POOL_SIZE,
+            kwargs={"row_factory": _row_factory, "autocommit": True},
+            timeout=CONNECT_TIMEOUT,
+            open=False,
+            name="onbeat",
+        )
+        try:
+            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+            if migrate:
+                self.migrate()
+            with self._tx() as c:
+                c.executemany(self._q["shard_init"], [{"shard": s} for s in range(shard_count)])
+                self.shard_count: int = c.execute(self._q["shard_count"]).fetchone()[0]
+        except (psycopg.Error, PoolTimeout, StoreWriteRefusedError) as exc:
+            self._pool.close()
+            raise StoreOpenError(_display(url), _why(exc)) from exc
+
+    # --- plumbing ---------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[_Connection]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield _Connection(conn)
+        except _REFUSED as exc:
+            if self._write_refused is None:
+                log.error("the store refuses writes: %s", exc)
+            self._write_refused = str(exc).strip()
+            raise StoreWriteRefusedError(self._write_refused) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[_Connection]:
+        with self._pool.connection() as conn:
+            yield _Connection(conn)
+
+    def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
+        if execution_ids:
+            c.execute(self._q["jobs_lock_of_runs"], {"ids": json.dumps(list(execution_ids))})
+
+    def _lock_shard_map(self, c: Connection) -> None:
+        c.execute(self._q["shard_map_lock"])
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations not applied yet, each in its own transaction, one process at a
+        time; returns the versions applied."""
+        applied = []
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS onbeat_migrations"
+                " (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM onbeat_migrations")}
+            for version, script in migrations("postgres"):
+                if version in done:
+                    continue
+                conn.execute(script.encode())  # no parameters: many statements in one go
+                conn.execute(
+                    "INSERT INTO onbeat_migrations VALUES (%s, %s)", (version, self._now_us())
+                )
+                applied.append(version)
+        return applied
+
+    def write_refusal(self) -> str | None:
+        if self._write_refused is None:
+            return None
+        try:
+            with self._tx() as c:
+                c.execute("CREATE TEMP TABLE onbeat_write_probe (filler bytea) ON COMMIT DROP")
+                c.execute(
+                    "INSERT INTO onbeat_write_probe VALUES (decode(repeat('00', 65536), 'hex'))"
+                )
+        except StoreWriteRefusedError:
+            return self._write_refused
+        log.warning("the store accepts writes again")
+        self._write_refused = None
+        return None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def now(self) -> datetime:
+        if self._clock is not None:
+            return self._clock.now()
+        with self._clock_lock:
+            anchor = self._server_anchor
+            if anchor is None or time.monotonic() - anchor[0] > CLOCK_RESYNC:
+                with self._pool.connection() as conn:
+                    row = conn.execute("SELECT clock_timestamp()").fetchone()
+                assert row is not None
+                server: datetime = row[0]
+                anchor = self._server_anchor = (time.monotonic(), server.astimezone(UTC))
+        return anchor[1] + timedelta(seconds=time.monotonic() - anchor[0])
+
+
+def _display(url: str) -> str:
+    """The URL without its password, to name the database in a message."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,475 @@
+-- PostgreSQL statements of PostgresStore, by name: the same names and parameters as
+-- sql/sqlite/queries.sql (store/sql_store.py runs both). Times are bigint microseconds (UTC).
+-- Lists of ids travel as one JSON array parameter, read with jsonb_array_elements_text().
+-- Under READ COMMITTED, the reads a decision rests on lock what they read (FOR UPDATE / FOR SHARE)
+-- and every UPDATE re-checks its conditions, so a concurrent writer waits or loses, never both win.
+
+-- name: job_insert
+INSERT INTO jobs (id, tenant, task, params, schedule_kind, schedule_expression, schedule_at,
+                  timezone, max_attempts, backoff_base, backoff_cap, timeout, overlap, misfire,
+                  catchup_window, priority, jitter, status, next_fire_at, shard, created_at,
+                  updated_at)
+VALUES (:id, :tenant, :task, :params, :schedule_kind, :schedule_expression, :schedule_at,
+        :timezone, :max_attempts, :backoff_base, :backoff_cap, :timeout, :overlap, :misfire,
+        :catchup_window, :priority, :jitter, :status, :next_fire_at, :shard, :now, :now);
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: job_get_for_update
+-- The job an edit, pause, resume, cancel or manual run decides on, locked until commit.
+SELECT * FROM jobs WHERE id = :id FOR UPDATE;
+
+-- name: jobs_lock_of_runs
+-- Lock the jobs of these runs, in id order (every transaction locks jobs before their runs, so
+-- two never wait on each other): claims of one job's runs are decided one after the other.
+SELECT id FROM jobs
+WHERE id IN (SELECT job_id FROM executions
+             WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+ORDER BY id
+FOR UPDATE;
+
+-- name: shard_map_lock
+-- shard_acquire reads the live schedulers and the leases, then takes its share: one at a time.
+SELECT pg_advisory_xact_lock(7243000001);
+
+-- name: job_list
+SELECT * FROM jobs
+WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+  AND (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:task AS text) IS NULL OR task = :task)
+  AND id > :after_id
+ORDER BY id
+LIMIT :limit;
+
+-- name: job_update
+UPDATE jobs
+SET params = :params, schedule_kind = :schedule_kind, schedule_expression = :schedule_expression,
+    schedule_at = :schedule_at, timezone = :timezone, max_attempts = :max_attempts,
+    backoff_base = :backoff_base, backoff_cap = :backoff_cap, timeout = :timeout,
+    overlap = :overlap, misfire = :misfire, priority = :priority, jitter = :jitter,
+    status = :status, next_fire_at = :next_fire_at, updated_at = :now
+WHERE id = :id;
+
+-- name: job_set_status
+UPDATE jobs SET status = :status, updated_at = :now WHERE id = :id;
+
+-- name: execution_due_now
+UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now;
+
+-- name: job_set_next_fire
+UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
+
+-- name: job_complete_one_shot
+UPDATE jobs SET status = 'completed', updated_at = :now
+WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
+  AND schedule_kind != 'cron' AND status = 'active';
+
+-- name: execution_insert
+INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,
+                        reason, catchup, created_at, queued_at, finished_at)
+VALUES (:id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
+        :reason, :catchup, :now, CASE WHEN CAST(:status AS text) = 'queued' THEN :now END,
+        CASE WHEN CAST(:status AS text) IN ('skipped', 'cancelled') THEN :now END)
+ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
+
+-- name: executions_existing
+SELECT id FROM executions WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
+
+-- name: execution_get
+SELECT * FROM executions WHERE id = :id;
+
+-- name: execution_list
+SELECT * FROM executions
+WHERE job_id = :job_id
+  AND (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:before_scheduled_for AS bigint) IS NULL
+       OR (scheduled_for, id) < (:before_scheduled_for, :before_id))
+ORDER BY scheduled_for DESC, id DESC
+LIMIT :limit;
+
+-- name: attempts_of
+SELECT * FROM attempts
+WHERE execution_id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
+ORDER BY started_at, fencing_token;
+
+-- name: executions_cancel_pending
+UPDATE executions
+SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1
+WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+
+-- name: executions_drop_future
+DELETE FROM executions
+WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
+  AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
+
+-- name: jobs_without_next_run
+-- Locked, as dispatch locks them: a job being edited is left to the next page or pass.
+SELECT j.*,
+       EXISTS (SELECT 1 FROM executions e
+               WHERE e.job_id = j.id AND e.trigger = 'schedule'
+                 AND e.scheduled_for = j.next_fire_at AND e.status = 'scheduled') AS has_next_run,
+       (SELECT max(e.scheduled_for) FROM executions e
+        WHERE e.job_id = j.id AND e.trigger = 'schedule') AS latest_fire
+FROM jobs j
+WHERE j.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
+  AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
+ORDER BY j.id
+LIMIT :limit
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: execution_schedule_run_at
+SELECT id, status FROM executions
+WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND trigger = 'schedule';
+
+-- name: executions_pending_of_job
+SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+
+-- name: execution_dispatch_candidates
+-- The runs and their jobs, locked: the job's schedule cannot change (an edit) between this read
+-- and the next run this dispatch plans from it. SKIP LOCKED: a run or job another transaction is
+-- changing is left to the next pass, so dispatch never waits (and never deadlocks with a claim,
+-- which locks jobs and then runs).
+SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
+       j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
+       j.timezone, j.misfire, j.catchup_window, j.jitter,
+       (SELECT min(n.scheduled_for) FROM executions n
+        WHERE n.job_id = e.job_id AND n.trigger = 'schedule' AND n.scheduled_for > e.scheduled_for)
+         AS next_recorded
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
+  AND e.status = 'scheduled'
+  AND e.due_at <= :horizon
+  AND j.status IN ('active', 'completed')
+LIMIT :limit
+FOR UPDATE OF e, j SKIP LOCKED;
+
+-- name: execution_mark_queued
+UPDATE executions SET status = 'queued', queued_at = :now
+WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'scheduled';
+
+-- name: execution_mark_catchup
+UPDATE executions SET catchup = TRUE
+WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
+
+-- name: execution_end_pending
+UPDATE executions SET status = :status, reason = :reason, finished_at = :now
+WHERE id = :id AND status IN ('scheduled', 'queued');
+
+-- name: execution_sweep
+SELECT e.id, e.shard, e.due_at, j.priority
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard = :shard AND e.status = 'queued' AND e.due_at < :before
+  AND (e.due_at, e.id) > (CAST(:after_due_at AS bigint), CAST(:after_id AS text))
+ORDER BY e.due_at, e.id
+LIMIT :limit;
+
+-- name: execution_expired_leases
+SELECT e.id, e.job_id, e.attempt, e.fencing_token,
+       j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.status = 'running' AND e.lease_expires_at < :now
+ORDER BY e.lease_expires_at
+LIMIT :limit;
+
+-- name: execution_reap
+-- Each decision applies only while its run is still running under that token with its lease
+-- expired, re-checked on the locked row: a heartbeat or an outcome that committed first wins.
+UPDATE executions AS e
+SET status = d.status,
+    due_at = coalesce(d.due_at, e.due_at),
+    last_error = d.error,
+    reason = d.reason,
+    lease_owner = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN d.status = 'queued' THEN NULL ELSE :now END
+FROM jsonb_to_recordset(CAST(:decisions AS jsonb))
+     AS d(id text, fencing_token bigint, status text, due_at bigint, error text, reason text)
+WHERE e.id = d.id
+  AND e.fencing_token = d.fencing_token
+  AND e.status = 'running' AND e.lease_expires_at < :now
+RETURNING e.*;
+
+-- name: execution_claim_candidates
+-- The runs to claim, locked (their jobs are locked already, by jobs_lock_of_runs).
+SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
+       j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
+FOR UPDATE OF e;
+
+-- name: execution_earliest_due_of_jobs
+SELECT DISTINCT ON (job_id) job_id, id, scheduled_for FROM executions
+WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
+  AND status IN ('scheduled', 'queued') AND due_at <= :now
+ORDER BY job_id, scheduled_for;
+
+-- name: execution_running_of_jobs
+SELECT id, job_id, started_at FROM executions
+WHERE status = 'running' AND job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)));
+
+-- name: execution_newest_missed_of_jobs
+SELECT job_id, max(scheduled_for) AS newest FROM executions
+WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
+  AND trigger = 'schedule' AND scheduled_for < :grace_line
+GROUP BY job_id;
+
+-- name: execution_start_many
+UPDATE executions
+SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+    lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
+WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'queued'
+RETURNING *;
+
+-- name: attempt_insert
+INSERT INTO attempts (execution_id, attempt, worker, fencing_token, started_at, outcome)
+VALUES (:id, :attempt, :owner, :fencing_token, :now, 'running');
+
+-- name: attempt_finish
+UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
+WHERE execution_id = :id AND fencing_token = :fencing_token;
+
+-- name: execution_defer
+UPDATE executions SET status = 'scheduled', due_at = :due_at, reason = :reason
+WHERE id = :id AND status = 'queued';
+
+-- name: executions_wake_waiting
+-- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
+UPDATE executions SET due_at = :now
+WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
+  AND status = 'scheduled' AND reason LIKE 'waiting for %' AND due_at > :now;
+
+-- name: execution_replace
+UPDATE executions
+SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE id = :id AND status = 'running'
+RETURNING id, fencing_token - 1 AS fencing_token;
+
+-- name: execution_heartbeat
+-- Only the (id, fencing token) pairs the worker runs; :held is a JSON object {id: token}.
+UPDATE executions AS e SET lease_expires_at = :lease_expires_at
+FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)
+WHERE e.id = h.id AND e.fencing_token = CAST(h.token AS bigint)
+  AND e.lease_owner = :owner AND e.status = 'running'
+RETURNING e.id, e.fencing_token;
+
+-- name: execution_current_tokens
+-- The runs an outcome or a release is about, locked: a reap or another outcome waits, then
+-- finds the token moved on.
+SELECT e.id, e.job_id, e.trigger, e.fencing_token, e.status, e.attempt, e.lease_owner,
+       j.status AS job_status, j.tenant
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
+ORDER BY e.id
+FOR UPDATE OF e;
+
+-- name: execution_finish
+UPDATE executions
+SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last_error = :error,
+    reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN CAST(:status AS text) IN ('scheduled', 'queued') THEN NULL ELSE :now END,
+    attempt = attempt - :uncount_attempt
+WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
+
+-- name: dead_letter_insert
+INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at)
+VALUES (:id, :job_id, :tenant, :attempts, :error, :now)
+ON CONFLICT (execution_id) DO UPDATE
+SET attempts = excluded.attempts, last_error = excluded.last_error, created_at = excluded.created_at;
+
+-- name: dead_letter_list
+SELECT d.*, j.task, j.params FROM dead_letters d JOIN jobs j ON j.id = d.job_id
+WHERE (CAST(:tenant AS text) IS NULL OR d.tenant = :tenant) AND d.execution_id > :after_id
+ORDER BY d.execution_id
+LIMIT :limit;
+
+-- name: dead_letter_delete
+DELETE FROM dead_letters WHERE execution_id = :id;
+
+-- name: execution_replay
+UPDATE executions
+SET status = 'scheduled', due_at = :now, attempt = 0, last_error = NULL, finished_at = NULL,
+    reason = 'replayed from the dead-letter table'
+WHERE id = :id AND status = 'failed';
+
+-- name: shard_init
+INSERT INTO shard_leases (shard) VALUES (:shard) ON CONFLICT DO NOTHING;
+
+-- name: shard_count
+SELECT count(*) FROM shard_leases;
+
+-- name: scheduler_live
+SELECT owner FROM schedulers ORDER BY owner;
+
+-- name: scheduler_register
+INSERT INTO schedulers (owner, last_seen) VALUES (:owner, :now)
+ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen;
+
+-- name: scheduler_forget_dead
+DELETE FROM schedulers WHERE last_seen < :dead_before;
+
+-- name: shard_renew
+UPDATE shard_leases SET lease_expires_at = :lease_expires_at
+WHERE owner = :owner AND lease_expires_at > :now
+RETURNING shard, epoch;
+
+-- name: shard_take
+UPDATE shard_leases
+SET owner = :owner, lease_expires_at = :lease_expires_at, epoch = epoch + 1
+WHERE shard IN (SELECT shard FROM shard_leases
+                WHERE owner IS NULL OR lease_expires_at <= :now
+                ORDER BY shard LIMIT :wanted)
+RETURNING shard, epoch;
+
+-- name: shard_give_up
+UPDATE shard_leases SET owner = NULL, lease_expires_at = 0
+WHERE owner = :owner
+  AND shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int));
+
+-- name: shard_release
+UPDATE shard_leases SET owner = NULL, lease_expires_at = 0 WHERE owner = :owner;
+
+-- name: scheduler_unregister
+DELETE FROM schedulers WHERE owner = :owner;
+
+-- name: shard_held
+-- FOR SHARE: a takeover (shard_take) waits until this transaction's writes are committed, and
+-- after it, this check fails: a stalled scheduler never writes to a shard it lost.
+SELECT shard, epoch FROM shard_leases WHERE owner = :owner AND lease_expires_at > :now
+FOR SHARE;
+
+-- name: job_event_insert
+INSERT INTO job_events (job_id, at, kind, schedule_kind, schedule_expression, schedule_at, timezone)
+SELECT id, :now, :kind, schedule_kind, schedule_expression, schedule_at, timezone
+FROM jobs WHERE id = :id;
+
+-- name: job_events
+SELECT * FROM job_events WHERE job_id = :job_id ORDER BY at, seq;
+
+-- name: execution_fire_times
+SELECT scheduled_for, status FROM executions
+WHERE job_id = :job_id AND trigger = 'schedule' AND scheduled_for BETWEEN :since AND :until;
+
+-- name: api_key_insert
+INSERT INTO api_keys (id, key_hash, tenant, role, created_at)
+VALUES (:id, :key_hash, :tenant, :role, :now);
+
+-- name: api_key_by_hash
+SELECT * FROM api_keys WHERE key_hash = :key_hash AND revoked_at IS NULL;
+
+-- name: api_key_list
+SELECT * FROM api_keys ORDER BY created_at, id;
+
+-- name: api_key_revoke
+UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
+
+-- name: api_key_count_active
+SELECT count(*) FROM api_keys WHERE revoked_at IS NULL;
+
+-- name: idempotency_key_get
+SELECT fingerprint, job_id FROM idempotency_keys WHERE tenant = :tenant AND key = :key;
+
+-- name: idempotency_key_insert
+-- A concurrent insert of the same key waits for the first to commit, then inserts nothing.
+INSERT INTO idempotency_keys (tenant, key, fingerprint, job_id, created_at)
+VALUES (:tenant, :key, :fingerprint, :job_id, :now)
+ON CONFLICT (tenant, key) DO NOTHING
+RETURNING job_id;
+
+-- name: idempotency_key_prune
+DELETE FROM idempotency_keys WHERE created_at < :before;
+
+-- --- dashboard reads -----------------------------------------------------------------------
+
+-- name: job_tenant_from
+SELECT min(tenant) FROM jobs WHERE tenant >= :from;
+
+-- name: job_task_from
+SELECT min(task) FROM jobs WHERE tenant = :tenant AND task >= :from AND task < :to;
+
+-- name: job_search_ids
+SELECT id FROM jobs
+WHERE tenant = :tenant AND status = :status AND id >= :id_from AND id < :id_to
+ORDER BY id
+LIMIT :limit;
+
+-- name: job_search_ids_of_task
+SELECT id FROM jobs
+WHERE tenant = :tenant AND task = :task AND status = :status AND id >= :id_from
+ORDER BY id
+LIMIT :limit;
+
+-- name: jobs_by_ids
+SELECT * FROM jobs WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) ORDER BY id;
+
+-- name: execution_activity
+-- As in sql/sqlite/queries.sql: runs that ended, runs running and runs pending, per bucket.
+SELECT (e.finished_at - :since) / :bucket AS ended, e.status,
+       CASE WHEN e.started_at IS NOT NULL THEN
+           9 * (length(CAST(greatest(e.started_at - e.due_at, 1) AS text)) - 1)
+           + CAST(substr(CAST(greatest(e.started_at - e.due_at, 1) AS text), 1, 1) AS int) - 1
+       END AS delay_class,
+       CASE WHEN e.started_at >= :since
+           THEN (least(greatest(e.due_at, :since), e.started_at) - :since) / :bucket END AS joined,
+       CASE WHEN e.started_at >= :since THEN (e.started_at - :since) / :bucket END AS left_at,
+       count(*) AS runs
+FROM executions e
+WHERE e.finished_at >= :since AND e.finished_at < :until
+  AND (CAST(:tenant AS text) IS NULL OR e.job_id IN (SELECT id FROM jobs WHERE tenant = :tenant))
+GROUP BY 1, 2, 3, 4, 5
+UNION ALL
+SELECT NULL, NULL, NULL, (least(greatest(e.due_at, :since), e.started_at) - :since) / :bucket,
+       (e.started_at - :since) / :bucket, count(*)
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.status = 'running' AND e.started_at >= :since AND e.started_at < :until
+  AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
+GROUP BY 4, 5
+UNION ALL
+SELECT NULL, NULL, NULL, (greatest(e.due_at, :since) - :since) / :bucket, NULL, count(*)
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
+  AND e.status IN ('scheduled', 'queued') AND e.due_at < :until
+  AND j.status = 'active' AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
+GROUP BY 4;
+
+-- name: execution_running_by_owner
+SELECT e.lease_owner AS owner, count(*) FILTER (WHERE e.lease_expires_at > :now) AS running,
+       count(*) FILTER (WHERE e.lease_expires_at <= :now) AS expired
+FROM executions e JOIN jobs j ON j.id = e.job_id
+WHERE e.status = 'running' AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
+GROUP BY e.lease_owner
+ORDER BY e.lease_owner;
+
+-- name: scheduler_shards
+SELECT s.owner, s.last_seen,
+       (SELECT count(*) FROM shard_leases l
+        WHERE l.owner = s.owner AND l.lease_expires_at > :now) AS shards
+FROM schedulers s
+ORDER BY s.owner;
+
+-- name: dead_letter_count_of_tenant
+SELECT count(*) FROM (SELECT 1 FROM dead_letters WHERE tenant = :tenant LIMIT :limit) AS d;
+
+-- name: execution_last_of_jobs
+SELECT e.* FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS j(value)
+JOIN executions e ON e.id = (
+    SELECT n.id FROM executions n
+    WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
+    ORDER BY n.scheduled_for DESC
+    LIMIT 1);
+
+-- name: api_key_get
+SELECT * FROM api_keys WHERE id = :id AND revoked_at IS NULL;
+
+-- name: secret_insert
+INSERT INTO secrets (name, value, created_at) VALUES (:name, :value, :now)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: secret_get
+SELECT value FROM secrets WHERE name = :name;
+
+-- name: dead_letter_list_of_tenant
+SELECT d.*, j.task, j.params FROM dead_letters d JOIN jobs j ON j.id = d.job_id
+WHERE d.tenant = :tenant AND d.execution_id > :after_id
+ORDER BY d.execution_id
+LIMIT :limit;

@@ -1,0 +1,140 @@
+-- onbeat's whole PostgreSQL schema as its migrations leave it, in one place to read.
+-- tests/contract/test_schema.py checks that a store migrated from empty has exactly this schema.
+-- Times are BIGINT microseconds since the Unix epoch, UTC. Keys that
+-- pages are read by (ids, tenants, task names) are COLLATE "C": they sort by code point, as in
+-- SQLite and in Python, whatever the database's locale.
+
+CREATE TABLE jobs (
+    id                  TEXT COLLATE "C" PRIMARY KEY,
+    tenant              TEXT COLLATE "C" NOT NULL,
+    task                TEXT COLLATE "C" NOT NULL,
+    params              TEXT NOT NULL,               -- JSON object, as submitted
+    schedule_kind       TEXT NOT NULL,               -- now | once | cron
+    schedule_expression TEXT,
+    schedule_at         BIGINT,
+    timezone            TEXT NOT NULL,
+    max_attempts        INTEGER NOT NULL,
+    backoff_base        DOUBLE PRECISION NOT NULL,
+    backoff_cap         DOUBLE PRECISION NOT NULL,
+    timeout             DOUBLE PRECISION,
+    overlap             TEXT NOT NULL,
+    misfire             TEXT NOT NULL,
+    catchup_window      DOUBLE PRECISION NOT NULL,
+    priority            INTEGER NOT NULL,
+    jitter              DOUBLE PRECISION NOT NULL,
+    status              TEXT NOT NULL,
+    next_fire_at        BIGINT,
+    shard               INTEGER NOT NULL,
+    created_at          BIGINT NOT NULL,
+    updated_at          BIGINT NOT NULL
+);
+CREATE INDEX jobs_tenant_id ON jobs (tenant, id);
+CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
+CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
+-- The reconciler's page of a shard's active cron jobs.
+CREATE INDEX jobs_shard_active ON jobs (shard, id) WHERE status = 'active';
+
+CREATE TABLE executions (
+    id               TEXT COLLATE "C" PRIMARY KEY,
+    job_id           TEXT COLLATE "C" NOT NULL REFERENCES jobs (id),
+    shard            INTEGER NOT NULL,
+    trigger          TEXT NOT NULL,
+    scheduled_for    BIGINT NOT NULL,
+    due_at           BIGINT NOT NULL,
+    status           TEXT NOT NULL,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    priority         INTEGER NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at BIGINT,
+    fencing_token    BIGINT NOT NULL DEFAULT 0,
+    result           TEXT,                           -- JSON
+    last_error       TEXT,
+    reason           TEXT,
+    created_at       BIGINT NOT NULL,
+    started_at       BIGINT,
+    finished_at      BIGINT,
+    catchup          BOOLEAN NOT NULL DEFAULT FALSE,
+    queued_at        BIGINT,
+    UNIQUE (job_id, scheduled_for, trigger)
+);
+-- Pending runs of a shard by due time: dispatch and sweep read ranges of it.
+CREATE INDEX executions_dispatch ON executions (shard, status, due_at)
+    WHERE status IN ('scheduled', 'queued');
+-- The reaper's range read, and a worker's heartbeat.
+CREATE INDEX executions_lease_expiry ON executions (lease_expires_at) WHERE status = 'running';
+CREATE INDEX executions_lease_owner ON executions (lease_owner) WHERE status = 'running';
+CREATE INDEX executions_job ON executions (job_id, status);
+-- Partial and covering: the dashboard's last hour of finished runs, read from the index alone.
+CREATE INDEX executions_finished ON executions (finished_at, status, started_at, due_at, job_id)
+    WHERE finished_at IS NOT NULL;
+
+CREATE TABLE attempts (
+    execution_id  TEXT NOT NULL REFERENCES executions (id),
+    attempt       INTEGER NOT NULL,
+    worker        TEXT NOT NULL,
+    fencing_token BIGINT NOT NULL,
+    started_at    BIGINT NOT NULL,
+    finished_at   BIGINT,
+    outcome       TEXT NOT NULL,
+    error         TEXT,
+    PRIMARY KEY (execution_id, fencing_token)
+);
+
+CREATE TABLE dead_letters (
+    execution_id TEXT COLLATE "C" PRIMARY KEY REFERENCES executions (id),
+    job_id       TEXT NOT NULL,
+    tenant       TEXT COLLATE "C" NOT NULL,
+    attempts     INTEGER NOT NULL,
+    last_error   TEXT,
+    created_at   BIGINT NOT NULL
+);
+CREATE INDEX dead_letters_tenant ON dead_letters (tenant, execution_id);
+
+CREATE TABLE shard_leases (
+    shard            INTEGER PRIMARY KEY,
+    owner            TEXT,
+    lease_expires_at BIGINT NOT NULL DEFAULT 0,
+    epoch            BIGINT NOT NULL DEFAULT 0
+);
+
+CREATE TABLE schedulers (
+    owner     TEXT PRIMARY KEY,
+    last_seen BIGINT NOT NULL
+);
+
+CREATE TABLE api_keys (
+    id         TEXT COLLATE "C" PRIMARY KEY,
+    key_hash   TEXT NOT NULL UNIQUE,                -- sha256 hex of the whole key
+    tenant     TEXT NOT NULL,
+    role       TEXT NOT NULL,                       -- admin | writer | reader
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT
+);
+
+CREATE TABLE job_events (
+    seq                 BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id              TEXT NOT NULL REFERENCES jobs (id),
+    at                  BIGINT NOT NULL,
+    kind                TEXT NOT NULL,              -- created | paused | resumed | rescheduled | cancelled
+    schedule_kind       TEXT NOT NULL,              -- the schedule in force from this event on
+    schedule_expression TEXT,
+    schedule_at         BIGINT,
+    timezone            TEXT NOT NULL
+);
+CREATE INDEX job_events_job ON job_events (job_id, at);
+
+CREATE TABLE idempotency_keys (
+    tenant      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,                      -- sha256 of the submission, to refuse key reuse
+    job_id      TEXT NOT NULL REFERENCES jobs (id),
+    created_at  BIGINT NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);
+
+CREATE TABLE secrets (
+    name       TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);

@@ -1,0 +1,131 @@
+-- onbeat's whole SQLite schema as its migrations leave it, in one place to read.
+-- tests/contract/test_schema.py checks that a store migrated from empty has exactly this schema.
+-- Times are INTEGER microseconds since the Unix epoch, UTC.
+
+CREATE TABLE jobs (
+    id                  TEXT PRIMARY KEY,
+    tenant              TEXT NOT NULL,
+    task                TEXT NOT NULL,
+    params              TEXT NOT NULL,               -- JSON object
+    schedule_kind       TEXT NOT NULL,               -- now | once | cron
+    schedule_expression TEXT,
+    schedule_at         INTEGER,
+    timezone            TEXT NOT NULL,
+    max_attempts        INTEGER NOT NULL,
+    backoff_base        REAL NOT NULL,
+    backoff_cap         REAL NOT NULL,
+    timeout             REAL,
+    overlap             TEXT NOT NULL,
+    misfire             TEXT NOT NULL,
+    catchup_window      REAL NOT NULL,
+    priority            INTEGER NOT NULL,
+    jitter              REAL NOT NULL,
+    status              TEXT NOT NULL,
+    next_fire_at        INTEGER,
+    shard               INTEGER NOT NULL,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL
+);
+CREATE INDEX jobs_tenant_id ON jobs (tenant, id);
+CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
+CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
+
+CREATE TABLE executions (
+    id               TEXT PRIMARY KEY,
+    job_id           TEXT NOT NULL REFERENCES jobs (id),
+    shard            INTEGER NOT NULL,
+    trigger          TEXT NOT NULL,                  -- schedule | manual
+    scheduled_for    INTEGER NOT NULL,
+    due_at           INTEGER NOT NULL,
+    status           TEXT NOT NULL,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    priority         INTEGER NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at INTEGER,
+    fencing_token    INTEGER NOT NULL DEFAULT 0,
+    result           TEXT,                           -- JSON
+    last_error       TEXT,
+    reason           TEXT,
+    created_at       INTEGER NOT NULL,
+    started_at       INTEGER,
+    finished_at      INTEGER,
+    catchup          INTEGER NOT NULL DEFAULT 0,     -- run by the misfire policy although missed
+    queued_at        INTEGER,                        -- handed to the delay queue
+    UNIQUE (job_id, scheduled_for, trigger)
+);
+CREATE INDEX executions_dispatch ON executions (shard, status, due_at);
+CREATE INDEX executions_lease_expiry ON executions (lease_expires_at) WHERE status = 'running';
+CREATE INDEX executions_lease_owner ON executions (lease_owner) WHERE status = 'running';
+CREATE INDEX executions_job ON executions (job_id, status);
+CREATE INDEX executions_finished ON executions (finished_at, status, started_at, due_at, job_id)
+    WHERE finished_at IS NOT NULL;
+
+CREATE TABLE attempts (
+    execution_id  TEXT NOT NULL REFERENCES executions (id),
+    attempt       INTEGER NOT NULL,
+    worker        TEXT NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    started_at    INTEGER NOT NULL,
+    finished_at   INTEGER,
+    outcome       TEXT NOT NULL,
+    error         TEXT,
+    PRIMARY KEY (execution_id, fencing_token)
+);
+
+CREATE TABLE dead_letters (
+    execution_id TEXT PRIMARY KEY REFERENCES executions (id),
+    job_id       TEXT NOT NULL,
+    tenant       TEXT NOT NULL,
+    attempts     INTEGER NOT NULL,
+    last_error   TEXT,
+    created_at   INTEGER NOT NULL
+);
+CREATE INDEX dead_letters_tenant ON dead_letters (tenant, execution_id);
+
+CREATE TABLE shard_leases (
+    shard            INTEGER PRIMARY KEY,
+    owner            TEXT,
+    lease_expires_at INTEGER NOT NULL DEFAULT 0,
+    epoch            INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE schedulers (
+    owner     TEXT PRIMARY KEY,
+    last_seen INTEGER NOT NULL
+);
+
+CREATE TABLE api_keys (
+    id         TEXT PRIMARY KEY,
+    key_hash   TEXT NOT NULL UNIQUE,                -- sha256 hex of the whole key
+    tenant     TEXT NOT NULL,
+    role       TEXT NOT NULL,                       -- admin | writer | reader
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+
+CREATE TABLE job_events (
+    job_id              TEXT NOT NULL REFERENCES jobs (id),
+    at                  INTEGER NOT NULL,
+    kind                TEXT NOT NULL,              -- created | paused | resumed | rescheduled | cancelled
+    schedule_kind       TEXT NOT NULL,              -- the schedule in force from this event on
+    schedule_expression TEXT,
+    schedule_at         INTEGER,
+    timezone            TEXT NOT NULL
+);
+CREATE INDEX job_events_job ON job_events (job_id, at);
+
+CREATE TABLE idempotency_keys (
+    tenant      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,                      -- sha256 of the submission, to refuse key reuse
+    job_id      TEXT NOT NULL REFERENCES jobs (id),
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);
+
+CREATE TABLE secrets (
+    name       TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);

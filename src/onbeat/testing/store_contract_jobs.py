@@ -1,0 +1,241 @@
+"""Store contract, jobs through the API: create (with an idempotency key), get, list, the
+executions of a job, and ``job_run_now``.
+
+A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the fixtures).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from onbeat.errors import ValidationError
+from onbeat.model import (
+    PENDING_STATUSES,
+    Execution,
+    ExecutionStatus,
+    JobStatus,
+    MisfirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+    Trigger,
+)
+from onbeat.store.base import Store
+from onbeat.testing.clock import FakeClock
+from onbeat.testing.store_contract import (
+    EVERY_SECOND,
+    HOURLY,
+    _at,
+    _claim,
+    _cron,
+    _dispatch,
+    _get,
+    _ids,
+    _job,
+    _new,
+    _once,
+    _only_run,
+    _pending,
+    _runs,
+)
+
+__all__ = ["JobsContract"]
+
+
+class JobsContract:
+    """What the API reads and writes when a job is submitted and looked at."""
+
+    # -- job_create, job_get, job_list, execution_list, execution_get -------------------------
+
+    def test_job_create__idempotency_key_returns_the_first_job(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        first = store.job_create(_new(idempotency_key="k-1"))
+        again = store.job_create(_new(idempotency_key="k-1"))
+        assert again.job.id == first.job.id
+        assert (first.replayed, again.replayed) == (False, True)
+        assert [j.id for j in store.job_list()] == [first.job.id]
+        assert len(_runs(store, first.job.id)) == 1
+
+    def test_job_create__idempotency_key_reused_for_another_submission_is_refused(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        store.job_create(_new(idempotency_key="k-1"))
+        with pytest.raises(ValidationError) as refused:
+            store.job_create(_new(params={"other": True}, idempotency_key="k-1"))
+        assert refused.value.field == "Idempotency-Key"
+        assert len(store.job_list()) == 1
+
+    def test_job_create__idempotency_key_is_per_tenant_and_expires_after_a_day(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        mine = store.job_create(_new(tenant="acme", idempotency_key="k")).job
+        theirs = store.job_create(_new(tenant="globex", idempotency_key="k")).job
+        assert mine.id != theirs.id
+        clock.advance(24 * 3600 + 1)
+        later = store.job_create(_new(tenant="acme", idempotency_key="k")).job
+        assert later.id != mine.id
+
+    def test_job_create__now_job_with_first_execution_due_now(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        job = store.job_create(_new()).job
+        assert job.status is JobStatus.ACTIVE
+        assert job.next_fire_at == clock.now()
+        assert 0 <= job.shard < store.shard_count
+        run = _only_run(store, job.id)
+        assert run.job_id == job.id
+        assert run.shard == job.shard
+        assert run.trigger is Trigger.SCHEDULE
+        assert run.status is ExecutionStatus.SCHEDULED
+        assert run.scheduled_for == run.due_at == clock.now()
+        assert run.attempt == 0
+        assert run.lease_owner is None
+        assert run.attempts == ()
+
+    def test_job_create__once_job_first_execution_at_its_time(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        at = _at(clock, 3600)
+        job = store.job_create(_once(at)).job
+        assert job.next_fire_at == at
+        run = _only_run(store, job.id)
+        assert run.status is ExecutionStatus.SCHEDULED
+        assert run.scheduled_for == run.due_at == at
+
+    def test_job_create__cron_job_first_execution_at_next_fire(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        job = store.job_create(_cron("*/15 * * * *")).job
+        fire = clock.now().replace(minute=15)
+        assert job.next_fire_at == fire
+        run = _only_run(store, job.id)
+        assert run.status is ExecutionStatus.SCHEDULED
+        assert run.trigger is Trigger.SCHEDULE
+        assert run.scheduled_for == run.due_at == fire
+
+    def test_job_create__jitter_puts_due_at_within_window(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        jitter = 30.0
+        runs = [
+            _only_run(store, store.job_create(_cron(HOURLY, jitter=jitter)).job.id)
+            for _ in range(8)
+        ]
+        for run in runs:
+            assert run.scheduled_for == clock.now().replace(hour=13)
+            assert run.scheduled_for <= run.due_at < run.scheduled_for + timedelta(seconds=jitter)
+        assert any(run.due_at > run.scheduled_for for run in runs), "jitter never moved a run"
+
+    def test_job_create__definition_is_stored(self, store: Store, clock: FakeClock) -> None:
+        new = _cron(
+            HOURLY,
+            task="tasks.report",
+            params={"to": "ops", "n": [1, 2]},
+            retry=RetryPolicy(max_attempts=7, backoff_base=2.0, backoff_cap=60.0),
+            timeout=12.5,
+            overlap=OverlapPolicy.QUEUE,
+            misfire=MisfirePolicy.RUN_ALL,
+            catchup_window=600.0,
+            priority=5,
+            jitter=3.0,
+            tenant="acme",
+        )
+        job = store.job_create(new).job
+        for name in (
+            "task",
+            "params",
+            "schedule",
+            "retry",
+            "timeout",
+            "overlap",
+            "misfire",
+            "catchup_window",
+            "priority",
+            "jitter",
+            "tenant",
+        ):
+            assert getattr(job, name) == getattr(new, name), name
+        assert store.job_get(job.id) == job
+
+    def test_job_get__unknown_is_none(self, store: Store, clock: FakeClock) -> None:
+        assert store.job_get("no-such-job") is None
+
+    def test_job_list__keyset_pages_in_id_order(self, store: Store, clock: FakeClock) -> None:
+        created = {store.job_create(_new()).job.id for _ in range(5)}
+        pages: list[list[str]] = []
+        after: str | None = None
+        while True:
+            page = [job.id for job in store.job_list(after_id=after, limit=2)]
+            if not page:
+                break
+            pages.append(page)
+            after = page[-1]
+        assert [len(p) for p in pages] == [2, 2, 1]
+        listed = [job_id for page in pages for job_id in page]
+        assert listed == sorted(created)
+
+    def test_job_list__filters(self, store: Store, clock: FakeClock) -> None:
+        a = store.job_create(_new(task="tasks.a", tenant="t1")).job
+        b = store.job_create(_new(task="tasks.b", tenant="t2")).job
+        c = store.job_create(_new(task="tasks.a", tenant="t2")).job
+        store.job_pause(c.id)
+        assert {j.id for j in store.job_list(tenant="t1")} == {a.id}
+        assert {j.id for j in store.job_list(tenant="t2")} == {b.id, c.id}
+        assert {j.id for j in store.job_list(task="tasks.a")} == {a.id, c.id}
+        assert {j.id for j in store.job_list(status=JobStatus.PAUSED)} == {c.id}
+        assert {j.id for j in store.job_list(status=JobStatus.ACTIVE)} == {a.id, b.id}
+        assert {j.id for j in store.job_list(tenant="t2", task="tasks.b")} == {b.id}
+        assert store.job_list(tenant="nobody") == []
+
+    def test_execution_list__newest_fire_first_with_keyset_pages(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        job = store.job_create(_cron(EVERY_SECOND)).job
+        _dispatch(store)  # fires at +1..+10 queued, +11 scheduled
+        runs = _runs(store, job.id)
+        assert len(runs) == 11
+        fires = [r.scheduled_for for r in runs]
+        assert fires == sorted(fires, reverse=True)
+        assert len(set(fires)) == len(fires)
+        paged: list[Execution] = []
+        before: str | None = None
+        while page := store.execution_list(job.id, before_id=before, limit=4):
+            paged.extend(page)
+            before = page[-1].id
+        assert [r.id for r in paged] == [r.id for r in runs]
+        queued = store.execution_list(job.id, status=ExecutionStatus.QUEUED)
+        assert len(queued) == 10
+        assert all(r.status is ExecutionStatus.QUEUED for r in queued)
+        assert [r.id for r in store.execution_list(job.id, status=ExecutionStatus.SCHEDULED)] == [
+            runs[0].id
+        ]
+
+    def test_execution_get__unknown_is_none(self, store: Store, clock: FakeClock) -> None:
+        assert store.execution_get("no-such-execution") is None
+
+    # -- job_run_now ---------------------------------------------------------------------------
+
+    def test_job_run_now__manual_execution_due_now(self, store: Store, clock: FakeClock) -> None:
+        job = store.job_create(_cron(HOURLY)).job
+        scheduled = _only_run(store, job.id)
+        clock.advance(5)
+        manual = store.job_run_now(job.id)
+        assert manual.job_id == job.id
+        assert manual.trigger is Trigger.MANUAL
+        assert manual.status is ExecutionStatus.SCHEDULED
+        assert manual.scheduled_for == manual.due_at == clock.now()
+        assert _get(store, manual.id) == manual
+        assert _ids(_dispatch(store)) == {manual.id}
+        assert _claim(store, manual.id).execution.attempt == 1
+        assert _get(store, scheduled.id).status is ExecutionStatus.SCHEDULED
+        assert _job(store, job.id).next_fire_at == scheduled.scheduled_for
+
+    def test_job_run_now__twice_at_same_instant(self, store: Store, clock: FakeClock) -> None:
+        job = store.job_create(_cron(HOURLY)).job
+        first = store.job_run_now(job.id)
+        second = store.job_run_now(job.id)
+        assert second.trigger is Trigger.MANUAL
+        assert _get(store, second.id).status in PENDING_STATUSES
+        assert {first.id, second.id} <= {r.id for r in _pending(store, job.id)}

@@ -1,0 +1,117 @@
+"""Each backend's ``schema.sql`` (the whole schema, to read) is what its migrations build.
+
+A migration added without updating ``schema.sql``, or the other way round, fails here: the two are
+compared as the database describes them (columns with types, nullability, defaults and collations;
+indexes with their columns and predicates; constraints), not as text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+
+from onbeat.store.postgres import PostgresStore
+from onbeat.store.queries import migrations
+from onbeat.store.sqlite import SQLiteStore
+from onbeat.testing.postgres import fresh_schema
+
+Catalog = dict[str, list[tuple[object, ...]]]
+
+
+def _schema_sql(backend: str) -> str:
+    return resources.files("onbeat.store").joinpath(f"sql/{backend}/schema.sql").read_text()
+
+
+def _sqlite_catalog(path: Path) -> Catalog:
+    with sqlite3.connect(path) as c:
+        tables = [
+            r[0]
+            for r in c.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%' AND name != 'onbeat_migrations' ORDER BY name"
+            )
+        ]
+        catalog: Catalog = {}
+        for table in tables:
+            catalog[f"{table}.columns"] = [
+                tuple(r[1:]) for r in c.execute(f"PRAGMA table_xinfo({table})")
+            ]
+            catalog[f"{table}.foreign_keys"] = [
+                tuple(r[2:]) for r in c.execute(f"PRAGMA foreign_key_list({table})")
+            ]
+            for _, index, unique, origin, partial in c.execute(f"PRAGMA index_list({table})"):
+                columns = [tuple(r) for r in c.execute(f"PRAGMA index_xinfo({index})")]
+                predicate = c.execute(
+                    "SELECT substr(sql, instr(upper(sql), ' WHERE ')) FROM sqlite_master"
+                    " WHERE name = ? AND sql IS NOT NULL",
+                    (index,),
+                ).fetchone()
+                name = index if origin == "c" else f"{table}.auto.{origin}.{columns}"
+                catalog[f"index {name}"] = [(unique, partial, *columns, predicate)]
+        return catalog
+
+
+def _postgres_catalog(url: str) -> Catalog:
+    with psycopg.connect(url) as c:
+        schema = c.execute("SELECT current_schema()").fetchone()
+        assert schema is not None
+        args = {"schema": schema[0]}
+        columns = c.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default,"
+            " collation_name, is_identity FROM information_schema.columns"
+            " WHERE table_schema = %(schema)s AND table_name != 'onbeat_migrations'"
+            " ORDER BY table_name, ordinal_position",
+            args,
+        ).fetchall()
+        indexes = c.execute(
+            "SELECT tablename, indexname, replace(indexdef, %(schema)s || '.', '')"
+            " FROM pg_indexes WHERE schemaname = %(schema)s AND tablename != 'onbeat_migrations'"
+            " ORDER BY indexname",
+            args,
+        ).fetchall()
+        constraints = c.execute(
+            "SELECT rel.relname, con.conname, pg_get_constraintdef(con.oid)"
+            " FROM pg_constraint con JOIN pg_class rel ON rel.oid = con.conrelid"
+            " JOIN pg_namespace ns ON ns.oid = rel.relnamespace"
+            " WHERE ns.nspname = %(schema)s AND rel.relname != 'onbeat_migrations'"
+            " ORDER BY rel.relname, con.conname",
+            args,
+        ).fetchall()
+    return {"columns": columns, "indexes": indexes, "constraints": constraints}
+
+
+def test_sqlite__migrations_build_schema_sql(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "migrated.db").close()
+    with sqlite3.connect(tmp_path / "declared.db") as c:
+        c.executescript(_schema_sql("sqlite"))
+    migrated, declared = (
+        _sqlite_catalog(tmp_path / "migrated.db"),
+        _sqlite_catalog(tmp_path / "declared.db"),
+    )
+    assert migrated == declared
+    assert any(key.startswith("executions") for key in migrated), "nothing was compared"
+
+
+def test_postgres__migrations_build_schema_sql() -> None:
+    with fresh_schema() as migrated_url, fresh_schema() as declared_url:
+        PostgresStore(migrated_url).close()
+        with psycopg.connect(declared_url, autocommit=True) as c:
+            c.execute(_schema_sql("postgres").encode())
+        migrated, declared = _postgres_catalog(migrated_url), _postgres_catalog(declared_url)
+    assert migrated == declared
+    assert len(migrated["columns"]) > 50, "nothing was compared"
+
+
+def test_postgres__the_migrations_are_recorded_and_run_once() -> None:
+    with fresh_schema() as url:
+        store = PostgresStore(url)
+        try:
+            assert store.migrate() == [], "a second pass applied migrations again"
+        finally:
+            store.close()
+        with psycopg.connect(url) as c:
+            versions = [r[0] for r in c.execute("SELECT version FROM onbeat_migrations")]
+    assert versions == [v for v, _ in migrations("postgres")]
