@@ -7,6 +7,9 @@
    ``--batch`` (256) until the queue is empty. Reports items/s (all claimed over the wall time
    from the start signal to the last claimer's end), claim latency p50/p99/max, and checks that
    every id was claimed exactly once.
+3. **wake**: a process loops ``wait(10)`` + ``claim_due`` like a worker while this one enqueues
+   one id due now every 20 ms, ``--wakes`` (200) times: time from the enqueue's start to the
+   other process's claim (pub/sub wake-up across processes).
 
 Also reports the CPU seconds of Redis (``INFO cpu``) and of the claimers, and Redis memory per
 held id. Keys live under a fresh prefix that is dropped afterwards. Prints a table and one
@@ -105,6 +108,33 @@ def _claimer(
     asyncio.run(run())
 
 
+def _waker(url: str, count: int, ready: multiprocessing.synchronize.Event, out: Any) -> None:
+    """Waits and claims like a worker; each id carries the ns time it was enqueued at."""
+
+    async def run() -> None:
+        queue = open_queue(url, SystemClock())
+        await queue.wait(0)  # subscribed before the first enqueue
+        ready.set()
+        delays: list[float] = []
+        while len(delays) < count:
+            await queue.wait(10)
+            ids = await queue.claim_due(100)
+            delays += [time.time() - int(eid.split("-")[1]) / 1e9 for eid in ids]
+        await queue.close()
+        out.put(delays)
+
+    asyncio.run(run())
+
+
+async def _wake_enqueues(url: str, count: int) -> None:
+    clock = SystemClock()
+    queue = open_queue(url, clock)
+    for _ in range(count):
+        await queue.enqueue([QueueItem(f"wake-{time.time_ns()}", clock.now(), shard=7)])
+        await asyncio.sleep(0.02)  # load generation: one id every 20 ms
+    await queue.close()
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
@@ -119,6 +149,7 @@ def main() -> None:
     parser.add_argument("--enqueue-batch", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--claimers", type=int, default=2)
+    parser.add_argument("--wakes", type=int, default=200)
     parser.add_argument(
         "--per-shard-calls", action="store_true", help="one shard per script call, as on a Cluster"
     )
@@ -145,6 +176,14 @@ def main() -> None:
         for worker in workers:
             worker.join()
         after = asyncio.run(_redis_stats(args.url))
+
+        ready = spawn.Event()
+        waker = spawn.Process(target=_waker, args=(url, args.wakes, ready, out))
+        waker.start()
+        ready.wait(60)
+        asyncio.run(_wake_enqueues(url, args.wakes))
+        wake_delays: list[float] = out.get(timeout=120)
+        waker.join()
     finally:
         asyncio.run(drop_prefix(prefix, args.url))
 
@@ -167,6 +206,8 @@ def main() -> None:
         "claims": len(latencies),
         "claimed_per_claimer": [len(r["ids"]) for r in results],
         "claimer_cpu_s": [round(r["cpu"], 2) for r in results],
+        "wake_p50_ms": statistics.median(wake_delays) * 1e3,
+        "wake_p99_ms": _quantile(wake_delays, 0.99) * 1e3,
         "redis_cpu_enqueue_s": loaded["cpu"] - before["cpu"],
         "redis_cpu_claim_s": after["cpu"] - loaded["cpu"],
         "redis_bytes_per_item": (loaded["memory"] - before["memory"]) / args.items,
