@@ -1,3 +1,3 @@
 from onbeat.cli import main
 
-main()
+main(prog_name="onbeat")

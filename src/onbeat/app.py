@@ -15,7 +15,7 @@ from onbeat import validation
 from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
-from onbeat.errors import NotFoundError, ValidationError
+from onbeat.errors import NotFoundError, TaskNotFoundError, ValidationError
 from onbeat.model import (
     DeadLetter,
     Execution,
@@ -27,8 +27,8 @@ from onbeat.model import (
 from onbeat.schedule import ScheduleKind
 from onbeat.settings import Settings
 from onbeat.store import Store, open_store
-from onbeat.store.base import CreatedJob, JobChanges, NewJob
-from onbeat.task import TaskFunction, TaskRegistry
+from onbeat.store.base import CreatedJob, JobChanges, NewJob, PublishedTask
+from onbeat.task import Task, TaskFunction, TaskRegistry
 
 F = TypeVar("F", bound=TaskFunction)
 
@@ -82,7 +82,12 @@ class App:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.settings.database_url, self.clock, self.settings.shards)
+            self._store = open_store(
+                self.settings.database_url,
+                self.clock,
+                self.settings.shards,
+                migrate=self.settings.migrate,
+            )
         return self._store
 
     def close(self) -> None:
@@ -125,6 +130,26 @@ class App:
 
         return register
 
+    def get_task(self, name: str) -> Task | PublishedTask:
+        """The task a job may name: registered in this process, or else published to the store
+        by a worker within ``settings.task_ttl`` (so a process without the tasks' code, such as
+        ``onbeat api``, knows them too); TaskNotFoundError otherwise."""
+        if name in self.registry:
+            return self.registry.get(name)
+        published = self.store.task_catalog(self.settings.task_ttl, [name])
+        if not published:
+            raise TaskNotFoundError(name)
+        return published[0]
+
+    def list_tasks(self) -> list[Task | PublishedTask]:
+        """Every task :meth:`get_task` knows, by name (this process's own first, where a worker
+        published the same name)."""
+        tasks: dict[str, Task | PublishedTask] = {
+            t.name: t for t in self.store.task_catalog(self.settings.task_ttl)
+        }
+        tasks.update((t.name, t) for t in self.registry)
+        return [tasks[name] for name in sorted(tasks)]
+
     # --- jobs -------------------------------------------------------------------------------
     def schedule(
         self,
@@ -156,7 +181,7 @@ class App:
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         key = validation.idempotency_key(options.get("idempotency_key"))
-        task = self.registry.get(validation.task_name(task_name))
+        task = self.get_task(validation.task_name(task_name))
         max_attempts, timeout = options.get("max_attempts"), options.get("timeout")
         backoff, backoff_max = options.get("backoff"), options.get("backoff_max")
         new = NewJob(

@@ -88,6 +88,12 @@ class StoreWriteRefusedError(OnbeatError):
         self.reason = reason
 
 
+class StoreUnavailableError(OnbeatError):
+    """The store cannot be reached right now (connection refused or lost, the server
+    restarting): nothing was changed; retry later. A backend raises it for connection failures,
+    so the API answers 503 and the services retry with backoff rather than fail."""
+
+
 class QueueUnavailableError(OnbeatError):
     """The delay queue's backing service cannot be reached or used (database down, file not
     openable): nothing was queued or claimed; retry once it is back."""

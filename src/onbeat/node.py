@@ -1,4 +1,10 @@
-"""The embedded node: scheduler and worker in one process, over one store and one delay queue."""
+"""A node: the parts of onbeat one process runs, over one store and one delay queue.
+
+The embedded node (``onbeat up``) runs them all: scheduler, worker and REST API in one process and
+one event loop. The fleet's processes run one part each over a shared store and queue:
+``onbeat scheduler`` (``Node(app, worker=False)``), ``onbeat worker`` (``scheduler=False``) and
+``onbeat api`` (neither, serving the API).
+"""
 
 from __future__ import annotations
 
@@ -9,34 +15,103 @@ import signal
 import sys
 
 from onbeat.app import App
+from onbeat.errors import OnbeatError, QueueUnavailableError
 from onbeat.metrics import Metrics
-from onbeat.queue import open_queue
+from onbeat.queue import DelayQueue, open_queue
 from onbeat.scheduler import Scheduler
+from onbeat.settings import redact_url
+from onbeat.store import one_line
 from onbeat.worker import Worker
+from onbeat.worker.catalog import publish_tasks
 
 log = logging.getLogger("onbeat.node")
 
 
 class Node:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, scheduler: bool = True, worker: bool = True) -> None:
+        """Raises OnbeatError if the queue URL names no queue onbeat has (nothing is opened)."""
         self.app = app
-        self.queue = open_queue(app.settings.queue_url, app.clock)
         self.metrics = Metrics()
-        self.scheduler = Scheduler(
-            app.store, self.queue, app.settings, app.clock, metrics=self.metrics
-        )
-        self.worker = Worker(
-            app.store, self.queue, app.registry, app.settings, app.clock, metrics=self.metrics
-        )
+        self._queue: DelayQueue | None = None
+        self._scheduler: Scheduler | None = None
+        self._worker: Worker | None = None
+        if scheduler or worker:
+            try:
+                self._queue = open_queue(app.settings.queue_url, app.clock)
+            except ValueError as exc:
+                raise OnbeatError(str(exc)) from None
+        if scheduler:
+            self._scheduler = Scheduler(
+                app.store, self.queue, app.settings, app.clock, metrics=self.metrics
+            )
+            app.on_submit(self._scheduler.wake)
+        if worker:
+            self._worker = Worker(
+                app.store, self.queue, app.registry, app.settings, app.clock, metrics=self.metrics
+            )
+            if self._scheduler is not None:
+                self._worker.on_runs_woken = self._scheduler.wake
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
-        app.on_submit(self.scheduler.wake)
-        self.worker.on_runs_woken = self.scheduler.wake
+
+    @property
+    def queue(self) -> DelayQueue:
+        if self._queue is None:
+            raise AttributeError("this node runs neither a scheduler nor a worker: it has no queue")
+        return self._queue
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            raise AttributeError("this node runs no scheduler")
+        return self._scheduler
+
+    @property
+    def worker(self) -> Worker:
+        if self._worker is None:
+            raise AttributeError("this node runs no worker")
+        return self._worker
+
+    @property
+    def parts(self) -> list[str]:
+        """What this node runs, for logs: e.g. ``["scheduler", "worker"]``."""
+        return [
+            name
+            for name, part in (("scheduler", self._scheduler), ("worker", self._worker))
+            if part is not None
+        ]
+
+    async def check(self) -> None:
+        """Fail fast, before anything starts: open the store (StoreOpenError) and ask the queue
+        something (QueueUnavailableError), each saying why in one line. Later outages are ridden
+        out with retries instead."""
+        await asyncio.to_thread(lambda: self.app.store)
+        if self._queue is None:
+            return
+        try:
+            await self._queue.size()
+        except Exception as exc:
+            url = redact_url(self.app.settings.queue_url)
+            raise QueueUnavailableError(f"cannot reach the queue {url}: {one_line(exc)}") from exc
 
     async def run(self, listen: tuple[str, int] | None = None) -> None:
         """Run until ``stop`` is set, serving the REST API on ``listen`` (host, port) if given.
         On stop the worker drains first, then the scheduler lets go of its shards."""
-        services = [self.worker.run(self.stop), self.scheduler.run(self.stop)]
+        settings, services = self.app.settings, []
+        if self._worker is not None:
+            services.append(self._worker.run(self.stop))
+            services.append(
+                publish_tasks(
+                    self.app.store,
+                    self.app.registry,
+                    self._worker.owner,
+                    settings.task_publish_interval,
+                    self.app.clock,
+                    self.stop,
+                )
+            )
+        if self._scheduler is not None:
+            services.append(self._scheduler.run(self.stop))
         if listen is not None:
             from onbeat.api.server import serve_api
 
@@ -51,7 +126,8 @@ class Node:
         finally:
             self.stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self.queue.close()
+            if self._queue is not None:
+                await self._queue.close()
 
 
 def _stop_signal(node: Node, sig: signal.Signals) -> None:
@@ -69,19 +145,39 @@ def _stop_signal(node: Node, sig: signal.Signals) -> None:
     os._exit(128 + sig)
 
 
-async def serve(app: App, listen: tuple[str, int] | None = ("127.0.0.1", 8000)) -> None:
+async def serve(
+    app: App,
+    listen: tuple[str, int] | None = ("127.0.0.1", 8000),
+    *,
+    scheduler: bool = True,
+    worker: bool = True,
+    banner: str | None = None,
+) -> None:
     """Run a node until SIGINT or SIGTERM, then shut down gracefully (a second signal exits at
-    once). Prints the API's URLs once it listens."""
-    node = Node(app)
+    once). The store and queue are checked first (OnbeatError, one line, if either cannot be
+    reached); then ``banner`` is printed. Prints the API's URLs once it listens."""
+    node = Node(app, scheduler=scheduler, worker=worker)
+    await node.check()
+    if banner is not None:
+        print(banner, flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _stop_signal, node, sig)
+    parts = [*node.parts, *(["api"] if listen is not None else [])]
     log.info(
-        "onbeat node up: store %s, queue %s, %d tasks",
-        app.settings.database_url,
-        app.settings.queue_url,
+        "onbeat node up (%s): store %s, queue %s, %d tasks",
+        ", ".join(parts),
+        redact_url(app.settings.database_url),
+        redact_url(app.settings.queue_url) if node.parts else "none",
         len(list(app.registry)),
     )
+    if app.settings.queue_url.startswith("memory://") and len(node.parts) == 1:
+        log.warning(
+            "the queue %s lives inside this process: this %s shares it with no other process "
+            "(give the fleet a queue it shares, or run `onbeat up`)",
+            app.settings.queue_url,
+            node.parts[0],
+        )
     running = asyncio.create_task(node.run(listen))
     if listen is not None:
         ready = asyncio.create_task(node.api_ready.wait())

@@ -1,62 +1,280 @@
-"""Runtime settings, from arguments or ``ONBEAT_*`` environment variables."""
+"""Runtime settings: one object, from command-line flags, code, or ``ONBEAT_*`` environment variables.
+
+Precedence, highest first: a flag (``onbeat worker --concurrency 8``), an argument given in code
+(``App(concurrency=8)``), the environment (``ONBEAT_CONCURRENCY=8``), the default. Each field says
+which commands take it as a flag (``flag_on``): the CLI builds its options from that, and
+``docs/settings.md`` is generated from the fields (``scripts/settings-doc``), so neither can drift
+from this class.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import types
+import typing
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "ONBEAT_"
+PROCESS_COMMANDS = ("up", "scheduler", "worker", "api")
+"""The commands that run a long-lived process (``migrate`` applies the schema and exits)."""
+QUEUE_COMMANDS = ("up", "scheduler", "worker")
+"""The processes that use the delay queue (the API only writes to the store)."""
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def _flag(*commands: str) -> dict[str, Any]:
+    """Field metadata: the commands that take this setting as a ``--flag`` too."""
+    return {"flag_on": list(commands)}
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ONBEAT_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
-    database_url: str = "sqlite:///onbeat.db"
-    queue_url: str = "memory://"
+    # --- where things are -----------------------------------------------------------------
+    database_url: str = Field(
+        default="sqlite:///onbeat.db",
+        description="The store, the source of truth: `sqlite:///PATH` (one file; every process "
+        "using it must be on one machine) or `postgresql://USER:PASSWORD@HOST/DB`.",
+        json_schema_extra=_flag(*PROCESS_COMMANDS, "migrate"),
+    )
+    queue_url: str = Field(
+        default="memory://",
+        description="The delay queue. `memory://` lives inside one process: right for `onbeat up`, "
+        "but separate scheduler and worker processes need a queue they share.",
+        json_schema_extra=_flag(*QUEUE_COMMANDS),
+    )
+    migrate: bool = Field(
+        default=True,
+        description="Apply pending schema migrations on start. With `false` (`--no-migrate`) a "
+        "process refuses to start while any is pending: run `onbeat migrate` once per deploy.",
+        json_schema_extra=_flag(*PROCESS_COMMANDS),
+    )
+    app: str | None = Field(
+        default=None,
+        description="`MODULE:ATTR` of the `onbeat.App` holding your tasks (`onbeat up`, "
+        "`onbeat worker`); imported from the current directory too.",
+        json_schema_extra=_flag("up", "worker"),
+    )
+    log_level: LogLevel = Field(
+        default="INFO",
+        description="Least severe log level written to stderr (JSON lines unless it is a terminal).",
+        json_schema_extra=_flag(*PROCESS_COMMANDS, "migrate"),
+    )
 
-    lease_ttl: float = Field(60.0, gt=0, description="Seconds a worker's lease on a run lasts.")
-    heartbeat_interval: float = Field(10.0, gt=0, description="Seconds between lease renewals.")
-    concurrency: int = Field(64, ge=1, description="Runs one worker process executes at once.")
-    claim_batch: int = Field(256, ge=1, description="Most runs a worker claims per store call.")
-    shutdown_grace: float = Field(10.0, ge=0, description="Seconds in-flight runs get to finish.")
+    # --- the REST API ----------------------------------------------------------------------
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address the REST API and dashboard listen on.",
+        json_schema_extra=_flag("up", "api"),
+    )
+    port: int = Field(
+        default=8000,
+        ge=1,
+        le=65535,
+        description="Port the REST API and dashboard listen on.",
+        json_schema_extra=_flag("up", "api"),
+    )
+    insecure: bool = Field(
+        default=False,
+        description="Serve a non-loopback `host` although no API key exists (anyone reaching it "
+        "is admin). Without it such a process refuses to start.",
+        json_schema_extra=_flag("up", "api"),
+    )
+    task_ttl: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Seconds a task stays valid for new jobs after the last worker that registers "
+        "it was seen: a process without your code (`onbeat api`) accepts only tasks some worker "
+        "published within this time.",
+    )
+
+    # --- workers ---------------------------------------------------------------------------
+    concurrency: int = Field(
+        default=64,
+        ge=1,
+        description="Runs one worker process executes at once.",
+        json_schema_extra=_flag("up", "worker"),
+    )
+    pool: Literal["threads", "processes"] = Field(
+        default="threads",
+        description="Where sync tasks run: daemon threads, or child processes (hard timeouts, "
+        "crash isolation). See docs/executors.md.",
+        json_schema_extra=_flag("up", "worker"),
+    )
+    lease_ttl: float = Field(
+        default=60.0, gt=0, description="Seconds a worker's lease on a run lasts."
+    )
+    heartbeat_interval: float = Field(
+        default=10.0, gt=0, description="Seconds between lease renewals."
+    )
+    claim_batch: int = Field(
+        default=256, ge=1, description="Most runs a worker claims per store call."
+    )
+    shutdown_grace: float = Field(
+        default=10.0, ge=0, description="Seconds in-flight runs get to finish."
+    )
     loop_stall_warning: float = Field(
-        1.0,
+        default=1.0,
         gt=0,
         description="Seconds the event loop may go unanswered before the watchdog logs what holds it.",
     )
-    pool: Literal["threads", "processes"] = Field(
-        "threads",
-        description="Where sync tasks run: daemon threads, or child processes (hard timeouts, "
-        "crash isolation). See docs/executors.md.",
+    task_publish_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between a worker's publications of its tasks to the store (it also "
+        "publishes them on start); keep it well below `task_ttl`.",
     )
 
-    shards: int = Field(16, ge=1, description="Shard count, fixed when the store is created.")
-    shard_lease_ttl: float = Field(15.0, gt=0)
-    shard_renew_interval: float = Field(5.0, gt=0)
+    # --- schedulers ------------------------------------------------------------------------
+    shards: int = Field(
+        default=16, ge=1, description="Shard count, fixed when the store is created."
+    )
+    shard_lease_ttl: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds a scheduler's lease on a shard lasts: a dead scheduler's shards are "
+        "taken over within this plus `shard_renew_interval`.",
+    )
+    shard_renew_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between a scheduler's lease renewals (and its look for free shards).",
+    )
     poll_interval: float = Field(
-        0.2,
+        default=0.2,
         gt=0,
         description="Seconds between reads for newly due work: how soon new work is noticed.",
     )
     window: float = Field(
-        10.0, ge=0, description="Seconds ahead of due time that runs are handed to the delay queue."
+        default=10.0,
+        ge=0,
+        description="Seconds ahead of due time that runs are handed to the delay queue.",
     )
-    dispatch_batch: int = Field(5000, ge=1)
+    dispatch_batch: int = Field(
+        default=5000,
+        ge=1,
+        description="Most runs one dispatch transaction hands to the delay queue.",
+    )
     misfire_grace: float = Field(
-        60.0,
+        default=60.0,
         ge=0,
         description="A fire time later than this when first dispatched counts as missed.",
     )
-    sweep_interval: float = Field(5.0, gt=0)
+    sweep_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between sweeps for queued runs the delay queue lost.",
+    )
     sweep_overdue: float = Field(
-        15.0, ge=0, description="A queued run this overdue and not started is re-enqueued."
+        default=15.0, ge=0, description="A queued run this overdue and not started is re-enqueued."
     )
     sweep_batch: int = Field(
-        5000,
+        default=5000,
         ge=1,
         description="Most queued runs one sweep pass reads; the next pass goes on from there.",
     )
-    reap_interval: float = Field(1.0, gt=0)
-    reconcile_interval: float = Field(
-        60.0, gt=0, description="Seconds between checks that every cron job has its next run."
+    reap_interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds between looks for runs whose worker's lease expired (they run again).",
     )
+    reconcile_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between checks that every cron job has its next run.",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Settings:
+        """These settings with ``overrides`` applied and validated (the environment is not read
+        again). Raises pydantic's ValidationError naming the field of a bad value."""
+        return type(self).model_validate(self.model_dump() | overrides)
+
+
+def flag_commands(name: str) -> list[str]:
+    """The commands that take the setting ``name`` as a flag."""
+    extra = Settings.model_fields[name].json_schema_extra
+    commands = extra.get("flag_on", []) if isinstance(extra, dict) else []
+    return [str(c) for c in commands] if isinstance(commands, list) else []
+
+
+def flag_name(name: str) -> str:
+    """The flag of a setting, as ``--help`` shows it."""
+    field = Settings.model_fields[name]
+    dashed = name.replace("_", "-")
+    if field.annotation is bool:
+        return f"--no-{dashed}" if field.default else f"--{dashed}"
+    return f"--{dashed}"
+
+
+def env_name(name: str) -> str:
+    return f"{ENV_PREFIX}{name.upper()}"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, fit for logs and error messages."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Literal:
+        return " \\| ".join(f"`{choice}`" for choice in typing.get_args(annotation))
+    if isinstance(annotation, types.UnionType):
+        return " or ".join(
+            _type_name(a) for a in typing.get_args(annotation) if a is not type(None)
+        )
+    # every float setting is a duration in seconds
+    names = {bool: "boolean", int: "integer", float: "seconds", str: "text"}
+    return names.get(annotation, str(annotation))
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting (``docs/settings.md`` embeds it)."""
+    rows = [
+        "| environment variable | flag (commands) | type | default | description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, field in Settings.model_fields.items():
+        commands = flag_commands(name)
+        flag = f"`{flag_name(name)}` ({', '.join(commands)})" if commands else "-"
+        kind = _type_name(field.annotation)
+        default = "none" if field.default is None else f"`{_default_text(field.default)}`"
+        description = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `{env_name(name)}` | {flag} | {kind} | {default} | {description} |")
+    return "\n".join(rows) + "\n"
+
+
+def _default_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+TABLE_START = "<!-- settings table: generated by scripts/settings-doc from onbeat.settings -->"
+TABLE_END = "<!-- end of settings table -->"
+
+
+def settings_doc(text: str) -> str:
+    """``text`` (docs/settings.md) with the table between its markers replaced by the current one."""
+    head, start, rest = text.partition(TABLE_START)
+    _, end, tail = rest.partition(TABLE_END)
+    if not start or not end:
+        raise ValueError(f"the settings document lacks the markers {TABLE_START!r} / {TABLE_END!r}")
+    return f"{head}{TABLE_START}\n{settings_table()}{TABLE_END}{tail}"

@@ -1,5 +1,6 @@
-"""``onbeat up`` and ``onbeat keys`` on a database they cannot open: one line naming the path and
-the reason, and a non-zero exit, never a traceback."""
+"""The commands that open the store directly (``up``, ``scheduler``, ``worker``, ``api``,
+``migrate``, ``keys``) on a database they cannot open: one line naming the path and the reason,
+and a non-zero exit, never a traceback."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ pytestmark = pytest.mark.slow
 
 COMMANDS = {
     "up": ["up", "--app", APP],
+    "scheduler": ["scheduler"],
+    "worker": ["worker", "--app", APP],
+    "api": ["api"],
+    "migrate": ["migrate"],
     "keys list": ["keys", "list"],
     "keys create": ["keys", "create", "--tenant", "acme", "--role", "admin"],
 }
@@ -97,8 +102,8 @@ def test_unopenable_database__no_permission(command: str, shared_dir: Path) -> N
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_unopenable_database__unsupported_scheme(command: str) -> None:
-    line = _refused(command, "postgres://db.example/onbeat")
+    line = _refused(command, "mysql://db.example/onbeat")
     assert line == (
-        "Error: cannot open the store 'postgres://db.example/onbeat': unsupported scheme "
-        "(expected sqlite:///PATH)"
+        "Error: cannot open the store 'mysql://db.example/onbeat': unsupported scheme "
+        "(expected sqlite:///PATH or postgresql://...)"
     )

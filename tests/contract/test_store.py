@@ -31,6 +31,7 @@ from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
     ScheduleHistoryContract,
 )
+from onbeat.testing.store_contract_tasks import TaskCatalogContract
 
 
 @contextmanager
@@ -89,5 +90,6 @@ class TestStore(
     RecoveryContract,
     HeartbeatContract,
     DashboardReadsContract,
+    TaskCatalogContract,
 ):
     pass

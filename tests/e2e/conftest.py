@@ -84,3 +84,48 @@ def start_node() -> Iterator[StartNode]:
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+StartOnbeat = Callable[..., subprocess.Popen[bytes]]
+"""``start(env, log, *args)``: starts ``onbeat *args`` (any command), its output appended to ``log``."""
+
+
+@pytest.fixture
+def start_onbeat() -> Iterator[StartOnbeat]:
+    """Starts `onbeat` processes; any still running when the test ends is killed and reaped."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "onbeat", *args],
+                    cwd=REPO,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def wait_for_output(
+    process: subprocess.Popen[bytes], log: Path, text: str, timeout: float = 60
+) -> None:
+    """Until ``log`` holds ``text``; fails at once, with the log, if ``process`` exits first."""
+
+    def printed() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"{process.args!r} exited ({process.returncode}) before printing {text!r}:\n"
+                + log.read_text()[-3000:]
+            )
+        return text in log.read_text()
+
+    wait_until(printed, timeout, f"{text!r} in {log.name}")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from onbeat import AttemptOutcome, ExecutionStatus, TaskContext
-from onbeat.worker.worker import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
+from onbeat.worker.results import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
 from tests.integration.conftest import Node
 
 ABORTS: list[Callable[[], BaseException]] = [

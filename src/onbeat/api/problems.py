@@ -13,8 +13,8 @@ violation or an :class:`onbeat.errors.ValidationError`); **401** no valid API ke
 **405** method not allowed; **409** the resource's state forbids the change; **413** body too
 large; **500** a stored record cannot be read (``unreadable-record``: a row written behind
 onbeat's back; listings leave it out) or an unexpected error; **503** not ready, or the store
-refuses writes (``store-refuses-writes``: disk full, read-only; nothing was changed), with
-``Retry-After``.
+refuses writes (``store-refuses-writes``: disk full, read-only; nothing was changed), or cannot be
+reached (``store-unavailable``: its server is down or the connection dropped), with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from starlette.routing import compile_path
 from onbeat.errors import (
     ConflictError,
     NotFoundError,
+    QueueUnavailableError,
+    StoreUnavailableError,
     StoreWriteRefusedError,
     UnreadableRecordError,
     ValidationError,
@@ -45,6 +47,9 @@ log = logging.getLogger("onbeat.api")
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = 30
 """What a 503 asks the client to wait (``Retry-After``)."""
+RETRY_AFTER_UNAVAILABLE = 5
+"""What a 503 for an unreachable store or queue asks the client to wait: a dropped connection is
+usually back within seconds."""
 _MAX_MESSAGE = 500  # longest message echoed back; some messages quote user input
 
 TITLES = {
@@ -59,6 +64,8 @@ TITLES = {
     "payload-too-large": "Request body too large",
     "not-ready": "Not ready",
     "store-refuses-writes": "Store refuses writes",
+    "store-unavailable": "Store unavailable",
+    "queue-unavailable": "Queue unavailable",
     "unreadable-record": "Stored record unreadable",
     "internal": "Internal server error",
     "http-error": "HTTP error",
@@ -235,6 +242,13 @@ async def _on_write_refused(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(503, "store-refuses-writes", detail, headers=headers)
 
 
+async def _on_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    kind = "store-unavailable" if isinstance(exc, StoreUnavailableError) else "queue-unavailable"
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE)}
+    return problem_response(503, kind, f"{exc}; retry later", headers=headers)
+
+
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ProblemError)
     return problem_response(exc.status, exc.kind, exc.detail, exc.errors, exc.headers)
@@ -292,6 +306,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ConflictError, _on_conflict)
     app.add_exception_handler(UnreadableRecordError, _on_unreadable)
     app.add_exception_handler(StoreWriteRefusedError, _on_write_refused)
+    app.add_exception_handler(StoreUnavailableError, _on_unavailable)
+    app.add_exception_handler(QueueUnavailableError, _on_unavailable)
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(Exception, _on_unexpected)

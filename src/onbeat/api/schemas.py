@@ -34,6 +34,7 @@ from onbeat.model import (
     Trigger,
 )
 from onbeat.schedule import MAX_CRON_LENGTH, FireTime, Schedule, ScheduleKind
+from onbeat.store.base import PublishedTask
 from onbeat.task import Task
 
 NEXT_FIRE_TIMES = 5
@@ -434,7 +435,7 @@ def audit_out(job_id: str, report: AuditReport) -> AuditOut:
     )
 
 
-def task_out(task: Task) -> TaskOut:
+def task_out(task: Task | PublishedTask) -> TaskOut:
     return TaskOut(
         name=task.name,
         is_async=task.is_async,

@@ -1,5 +1,7 @@
-"""The ``onbeat`` command: ``node`` holds what runs or manages a node on its store (``up``,
-``keys``); ``remote`` holds the commands that drive a running node over its REST API."""
+"""The ``onbeat`` command: ``fleet`` holds the processes of a fleet (``scheduler``, ``worker``,
+``api``) and ``migrate``; ``node`` the embedded node (``up``) and ``keys``, on the store;
+``remote`` the commands that drive a running node over its REST API. ``options`` builds the
+process commands' flags from ``onbeat.settings.Settings``."""
 
 from __future__ import annotations
 
@@ -26,6 +28,6 @@ def main(log_level: str) -> None:
     configure_logging(log_level)
 
 
-from onbeat.cli import node, remote  # noqa: E402,F401  (registers their commands on main)
+from onbeat.cli import fleet, node, remote  # noqa: E402,F401  (registers their commands on main)
 
 __all__ = ["OnbeatGroup", "main"]

@@ -1,104 +1,25 @@
-"""Commands that run a node or manage its store directly: ``up`` and ``keys``."""
+"""Commands that run the embedded node or manage its store directly: ``up`` and ``keys``."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import ipaddress
-import os
-import sys
-from typing import Literal
+from typing import Any
 
 import click
 
 from onbeat.app import App
 from onbeat.cli import OnbeatGroup, main
-from onbeat.logs import configure_logging
+from onbeat.cli.fleet import start
+from onbeat.cli.options import SettingsCommand, apply_log_level, load_app, setting_options
 
 
-def load_app(spec: str, database_url: str | None) -> App:
-    """Import ``MODULE:ATTR`` (from the current directory too) and return the App it names."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise click.BadParameter(
-            f"{spec!r}: expected MODULE:ATTR, e.g. examples.app:app", param_hint="--app"
-        )
-    sys.path.insert(0, os.getcwd())
-    if database_url:
-        os.environ["ONBEAT_DATABASE_URL"] = database_url
-    try:
-        app = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--app") from None
-    if not isinstance(app, App):
-        raise click.BadParameter(
-            f"{spec!r} is a {type(app).__name__}, not an onbeat.App", param_hint="--app"
-        )
-    if database_url:
-        app.settings.database_url = database_url
-    return app
-
-
-@main.command()
-@click.option(
-    "--app", "app_spec", required=True, envvar="ONBEAT_APP", help="MODULE:ATTR of your App."
-)
-@click.option("--database-url", default=None, help="Overrides ONBEAT_DATABASE_URL.")
-@click.option("--host", default="127.0.0.1", envvar="ONBEAT_HOST", show_default=True)
-@click.option("--port", default=8000, type=int, envvar="ONBEAT_PORT", show_default=True)
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="Serve a non-loopback address although no API key exists (anyone reaching it is admin).",
-)
+@main.command(cls=SettingsCommand)
+@setting_options("up")
 @click.option("--no-api", is_flag=True, help="Run scheduler and workers only.")
-@click.option(
-    "--pool",
-    type=click.Choice(["threads", "processes"]),
-    default=None,
-    help="Where sync tasks run (overrides ONBEAT_POOL; default threads). Hard timeouts and crash "
-    "isolation need processes: see docs/executors.md.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default=None,
-    help="Overrides `onbeat --log-level`. Logs go to stderr: JSON lines unless it is a terminal.",
-)
-def up(
-    app_spec: str,
-    database_url: str | None,
-    host: str,
-    port: int,
-    insecure: bool,
-    no_api: bool,
-    pool: Literal["threads", "processes"] | None,
-    log_level: str | None,
-) -> None:
+def up(no_api: bool, **flags: Any) -> None:
     """Run the embedded node: REST API, scheduler and workers in one process."""
-    from onbeat.node import serve
-
-    if log_level is not None:
-        configure_logging(log_level)
-
-    app = load_app(app_spec, database_url)
-    app.store  # noqa: B018  (opened now: a store that cannot be opened is one line, not a traceback)
-    if pool is not None:
-        app.settings.pool = pool
-    if not no_api and not _is_loopback(host) and not insecure and not app.auth_enabled():
-        raise click.UsageError(
-            f"refusing to serve {host}: no API key exists, so the API would be open to anyone. "
-            "Create one with `onbeat keys create`, bind to 127.0.0.1, or pass --insecure."
-        )
-    click.echo(f"onbeat up: store {app.settings.database_url}, queue {app.settings.queue_url}")
-    asyncio.run(serve(app, None if no_api else (host, port)))
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+    apply_log_level(flags)
+    app = load_app(flags)
+    start(app, "up", scheduler=True, worker=True, api=not no_api)
 
 
 @main.group(cls=OnbeatGroup)

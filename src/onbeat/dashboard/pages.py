@@ -75,7 +75,7 @@ def jobs_page(request: Request, form: JobForm | None = None, status_code: int = 
         q=text,
         paged=after is not None,
         next_after=next_after,
-        tasks=sorted(t.name for t in dashboard.onbeat.registry),
+        tasks=[t.name for t in dashboard.onbeat.list_tasks()],
         form=form or JobForm(),
         describe=describe_schedule,
         next_fire=next_fire,

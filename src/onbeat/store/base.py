@@ -497,6 +497,21 @@ class Store(Protocol):
         answer the value of the one whose insert won."""
         ...
 
+    # --- task catalog: what workers can run, for processes without the user's code ----------
+    def task_publish(self, worker: str, tasks: Sequence[TaskDefaults]) -> None:
+        """Record that ``worker`` runs ``tasks`` now, with these defaults: each task's entry is
+        created or replaced (the last publisher's defaults win) and stamped with the store's
+        clock. Workers call it on start and periodically, so the stamp says when a worker that
+        has the task was last seen. Entries are never deleted: there is one per task name."""
+        ...
+
+    def task_catalog(
+        self, seen_within: float, names: Sequence[str] | None = None
+    ) -> list[PublishedTask]:
+        """The tasks some worker published within the last ``seen_within`` seconds of the store's
+        clock, by name; with ``names``, only those of them (unknown names are left out)."""
+        ...
+
 
 MAX_SEARCH_TASKS = 20
 """Most task names one ``Store.job_search`` text matches (each is one more index read per status)."""
@@ -542,3 +557,27 @@ def delay_class_floor(cls: int) -> int:
     """The smallest delay (us) of class ``cls``; the class ends where ``cls + 1`` begins."""
     floor: int = (cls % 9 + 1) * 10 ** (cls // 9)
     return floor
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefaults:
+    """A registered task as a worker publishes it: its name and default policies, no code."""
+
+    name: str
+    retry: RetryPolicy
+    timeout: float | None
+    is_async: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTask:
+    """A task in the store's catalog, with who published it last and when."""
+
+    name: str
+    retry: RetryPolicy
+    timeout: float | None
+    is_async: bool
+    worker: str
+    """The worker that published it last."""
+    seen_at: datetime
+    """When it was last published, by the store's clock."""

@@ -30,7 +30,8 @@ from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from onbeat.clock import Clock
-from onbeat.errors import StoreOpenError, StoreWriteRefusedError
+from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefusedError
+from onbeat.settings import redact_url
 from onbeat.store.queries import load_queries, migrations
 from onbeat.store.sql_store import Connection, Cursor, SQLStore
 
@@ -46,6 +47,10 @@ MIGRATION_LOCK = 7243000000
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _REFUSED = (psycopg.errors.DiskFull, psycopg.errors.ReadOnlySqlTransaction)
 """A write the server cannot take (as opposed to a bug or a lost connection)."""
+_CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+"""The server aborted the transaction for a conflict with another: it is run again."""
+_UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
+"""The server cannot be reached (down, restarting, connection lost): StoreUnavailableError."""
 
 
 def postgres_queries() -> dict[str, str]:
@@ -98,7 +103,7 @@ class PostgresStore(SQLStore):
 
     dialect = "postgres"
     _q = postgres_queries()
-    _retry_errors = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+    _retry_errors = _CONFLICTS
 
     def __init__(
         self, url: str, clock: Clock | None = None, shard_count: int = 16, migrate: bool = True
@@ -128,7 +133,7 @@ class PostgresStore(SQLStore):
                 self.shard_count: int = c.execute(self._q["shard_count"]).fetchone()[0]
         except (psycopg.Error, PoolTimeout, StoreWriteRefusedError) as exc:
             self._pool.close()
-            raise StoreOpenError(_display(url), _why(exc)) from exc
+            raise StoreOpenError(redact_url(url), _why(exc)) from exc
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
@@ -141,11 +146,18 @@ class PostgresStore(SQLStore):
                 log.error("the store refuses writes: %s", exc)
             self._write_refused = str(exc).strip()
             raise StoreWriteRefusedError(self._write_refused) from exc
+        except _CONFLICTS:
+            raise  # SQLStore runs the transaction again
+        except _UNREACHABLE as exc:
+            raise StoreUnavailableError(f"PostgreSQL: {_why(exc)}") from exc
 
     @contextmanager
     def _read(self) -> Iterator[_Connection]:
-        with self._pool.connection() as conn:
-            yield _Connection(conn)
+        try:
+            with self._pool.connection() as conn:
+                yield _Connection(conn)
+        except _UNREACHABLE as exc:
+            raise StoreUnavailableError(f"PostgreSQL: {_why(exc)}") from exc
 
     def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
         if execution_ids:
@@ -207,9 +219,18 @@ class PostgresStore(SQLStore):
         return anchor[1] + timedelta(seconds=time.monotonic() - anchor[0])
 
 
-def _display(url: str) -> str:
-    """The URL without its password, to name the database in a message."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+def pending_migrations(url: str) -> list[int]:
+    """The migration versions the database at ``url`` has not applied, oldest first. Reads only;
+    StoreOpenError if it cannot be reached."""
+    versions = [version for version, _ in migrations("postgres")]
+    try:
+        with psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)) as conn:
+            if conn.execute("SELECT to_regclass('onbeat_migrations')").fetchone() == (None,):
+                return versions
+            applied = {r[0] for r in conn.execute("SELECT version FROM onbeat_migrations")}
+    except psycopg.Error as exc:
+        raise StoreOpenError(redact_url(url), _why(exc)) from exc
+    return [v for v in versions if v not in applied]
 
 
 def _why(exc: BaseException) -> str:

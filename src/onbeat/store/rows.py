@@ -29,7 +29,7 @@ from onbeat.model import (
 )
 from onbeat.plan import ClaimCandidate
 from onbeat.schedule import Schedule, ScheduleKind
-from onbeat.store.base import NewJob
+from onbeat.store.base import NewJob, PublishedTask
 
 
 def to_us(moment: datetime) -> int:
@@ -242,3 +242,14 @@ def unique(ordered: Iterable[str]) -> Iterator[str]:
         if item != previous:
             yield item
         previous = item
+
+
+def published_task_of(r: Any) -> PublishedTask:
+    return PublishedTask(
+        name=r["name"],
+        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+        timeout=r["timeout"],
+        is_async=bool(r["is_async"]),
+        worker=r["worker"],
+        seen_at=from_us(r["seen_at"]),
+    )

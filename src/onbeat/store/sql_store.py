@@ -77,10 +77,12 @@ from onbeat.store.base import (
     DispatchParams,
     JobChanges,
     NewJob,
+    PublishedTask,
     SchedulerShards,
     ShardLeases,
     SweepCursor,
     SweepPage,
+    TaskDefaults,
     WorkerLoad,
 )
 from onbeat.store.rows import (
@@ -97,6 +99,7 @@ from onbeat.store.rows import (
     opt_dt,
     policy_columns,
     prefix_end,
+    published_task_of,
     readable_job,
     schedule_columns,
     schedule_of,
@@ -1343,6 +1346,42 @@ class SQLStore:
             )
             stored: str = c.execute(self._q["secret_get"], {"name": name}).fetchone()[0]
         return stored
+
+    # --- task catalog -----------------------------------------------------------------------
+    @retried
+    def task_publish(self, worker: str, tasks: Sequence[TaskDefaults]) -> None:
+        if not tasks:
+            return
+        with self._tx() as c:
+            now = self._now_us()
+            c.executemany(
+                self._q["task_publish"],
+                [
+                    {
+                        "name": t.name,
+                        "max_attempts": t.retry.max_attempts,
+                        "backoff_base": t.retry.backoff_base,
+                        "backoff_cap": t.retry.backoff_cap,
+                        "timeout": t.timeout,
+                        "is_async": t.is_async,
+                        "worker": worker,
+                        "now": now,
+                    }
+                    for t in sorted(tasks, key=lambda t: t.name)  # one lock order for every worker
+                ],
+            )
+
+    def task_catalog(
+        self, seen_within: float, names: Sequence[str] | None = None
+    ) -> list[PublishedTask]:
+        since = self._now_us() - int(seen_within * 1_000_000)
+        with self._read() as c:
+            if names is None:
+                rows = c.execute(self._q["task_catalog"], {"since": since}).fetchall()
+            else:
+                params = {"since": since, "names": json.dumps(list(names))}
+                rows = c.execute(self._q["task_catalog_of_names"], params).fetchall()
+        return [published_task_of(r) for r in rows]
 
 
 def _reap_decision(r: Row, now_us: int) -> dict[str, Any]:

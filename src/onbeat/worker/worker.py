@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import threading
@@ -28,23 +27,21 @@ from onbeat.clock import Clock
 from onbeat.errors import TaskAborted, TaskCrashed, TaskNotFoundError, TaskTimeout
 from onbeat.metrics import Metrics
 from onbeat.model import Execution
-from onbeat.queue.base import DelayQueue
+from onbeat.queue.base import DelayQueue, QueueItem
 from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
 from onbeat.settings import Settings
 from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
 from onbeat.task import TaskContext, TaskRegistry
-from onbeat.validation import MAX_PARAMS_BYTES
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
+from onbeat.worker.outage import FailureStreak
 from onbeat.worker.processes import ChildTaskError, ProcessExecutor
+from onbeat.worker.results import stored_result
 from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
 log = logging.getLogger("onbeat.worker")
 
-MAX_RESULT_BYTES = MAX_PARAMS_BYTES
-"""A return value whose JSON is larger is stored as a truncated preview (see ``stored_result``)."""
-RESULT_PREVIEW_CHARS = 1024
 RESTART_BACKOFF = 1.0
 """Seconds a worker loop that failed again within this long waits before its next restart."""
 
@@ -114,6 +111,8 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._claims = FailureStreak("claiming", log)
+        self._flushes = FailureStreak("recording outcomes", log)
         self._async_executor = AsyncExecutor(clock)
         self._sync_executor = self._pool(settings, clock)
         self._heartbeat = Heartbeat(
@@ -158,8 +157,13 @@ class Worker:
         free = self.settings.concurrency - self._executing
         if free <= 0:
             return 0
-        ids = await self.queue.claim_due(min(free, self.settings.claim_batch))
+        try:
+            ids = await self.queue.claim_due(min(free, self.settings.claim_batch))
+        except Exception:
+            self._claims.failed("retrying with backoff")
+            return 0
         if not ids:
+            self._claims.succeeded()
             return 0
         claiming = asyncio.ensure_future(
             asyncio.to_thread(
@@ -176,8 +180,10 @@ class Worker:
             await self._hold_unstarted(claiming)
             raise
         except Exception:
-            log.exception("claim failed; the sweep will re-enqueue these runs")
+            self._claims.failed(f"handing {len(ids)} runs back to the queue, retrying with backoff")
+            await self._hand_back(ids)
             return 0
+        self._claims.succeeded()
         self._start(claim.started)  # before any other await: every started run is tracked
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
@@ -189,6 +195,16 @@ class Worker:
                     len(claim.not_due),
                 )
         return len(claim.started)
+
+    async def _hand_back(self, ids: Sequence[str]) -> None:
+        """Runs the queue handed out but the store could not start (it is unreachable): back to
+        the queue, due now (their priority tier is not known here: the default one), so an
+        outage does not drain the queue; if that fails too, the sweep finds them."""
+        now = self.clock.now()
+        try:
+            await self.queue.enqueue([QueueItem(eid, now) for eid in ids])
+        except Exception as exc:
+            log.warning("handing %d runs back failed (%s); the sweep will", len(ids), exc)
 
     def _start(self, runs: Sequence[ClaimedRun]) -> None:
         started = []
@@ -315,10 +331,11 @@ class Worker:
         try:
             accepted = set(await asyncio.to_thread(self.store.execution_finish_many, batch))
         except Exception:
-            log.exception("recording %d outcomes failed; retrying", len(batch))
+            self._flushes.failed(f"{len(batch)} outcomes kept for the next try")
             self._finished = batch + self._finished
             self._finished_ready.set()
             return False
+        self._flushes.succeeded()
         runs: dict[str, ClaimedRun] = {}
         with self._held_lock:  # written (or refused): no longer held, so no longer heartbeated
             for done in batch:
@@ -434,6 +451,9 @@ class Worker:
         while not self._stopping.is_set():
             if await self.claim_once():
                 continue
+            if self._claims.count:  # the queue or the store is failing
+                await sleep_or_wake(self.clock, self._claims.backoff, self._stopping)
+                continue
             if self._executing >= self.settings.concurrency:
                 self._slot_free.clear()
                 await sleep_or_wake(self.clock, 1.0, self._slot_free, self._stopping)
@@ -444,8 +464,8 @@ class Worker:
         while not self._stopping.is_set():
             await sleep_or_wake(self.clock, 1.0, self._finished_ready, self._stopping)
             await asyncio.sleep(0.002)  # let outcomes finishing together share one write
-            if not await self.flush():
-                await sleep_or_wake(self.clock, 0.5, self._stopping)  # the store is failing
+            if not await self.flush():  # the store is failing
+                await sleep_or_wake(self.clock, self._flushes.backoff, self._stopping)
 
     async def shutdown(self) -> None:
         """Stop claiming (a claim in progress completes and what it started is held, unstarted);
@@ -490,19 +510,3 @@ def run_fields(execution: Execution, **more: Any) -> dict[str, Any]:
         "fencing_token": execution.fencing_token,
         **more,
     }
-
-
-def stored_result(value: Any) -> Any:
-    """A task's return value as stored: itself if JSON can hold it, else its repr; and if that
-    is larger than ``MAX_RESULT_BYTES`` of JSON, ``{"truncated": true, "bytes": <its JSON size>,
-    "preview": <its first RESULT_PREVIEW_CHARS characters>}`` instead, so one task cannot bloat
-    every read of its executions."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        value = repr(value)
-        text = json.dumps(value)
-    if len(text) <= MAX_RESULT_BYTES:  # json.dumps escapes to ASCII: characters are bytes
-        return value
-    preview = value if isinstance(value, str) else text
-    return {"truncated": True, "bytes": len(text), "preview": preview[:RESULT_PREVIEW_CHARS]}

@@ -34,9 +34,9 @@ MAX_PREVIEW_COUNT = 100
     "/tasks", response_model=TaskPage, responses=problem_responses(400, 413), summary="List tasks"
 )
 def list_tasks(onbeat: OnbeatApp) -> TaskPage:
-    """The tasks registered in this process, by name, with their default policies. One page."""
-    tasks = sorted(onbeat.registry, key=lambda t: t.name)
-    return TaskPage(items=[task_out(t) for t in tasks], next_cursor=None)
+    """The tasks jobs may name, by name, with their default policies: those registered in this
+    process and those a worker published within ``task_ttl`` (see docs/settings.md). One page."""
+    return TaskPage(items=[task_out(t) for t in onbeat.list_tasks()], next_cursor=None)
 
 
 @router.get(

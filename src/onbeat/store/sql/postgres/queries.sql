@@ -473,3 +473,21 @@ SELECT d.*, j.task, j.params FROM dead_letters d JOIN jobs j ON j.id = d.job_id
 WHERE d.tenant = :tenant AND d.execution_id > :after_id
 ORDER BY d.execution_id
 LIMIT :limit;
+
+-- --- task catalog --------------------------------------------------------------------------
+
+-- name: task_publish
+INSERT INTO tasks (name, max_attempts, backoff_base, backoff_cap, timeout, is_async, worker, seen_at)
+VALUES (:name, :max_attempts, :backoff_base, :backoff_cap, :timeout, :is_async, :worker, :now)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = excluded.max_attempts, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, timeout = excluded.timeout, is_async = excluded.is_async,
+    worker = excluded.worker, seen_at = excluded.seen_at;
+
+-- name: task_catalog
+SELECT * FROM tasks WHERE seen_at >= :since ORDER BY name;
+
+-- name: task_catalog_of_names
+SELECT t.* FROM tasks t
+WHERE t.name IN (SELECT jsonb_array_elements_text(CAST(:names AS jsonb))) AND t.seen_at >= :since
+ORDER BY t.name;

@@ -138,3 +138,15 @@ CREATE TABLE secrets (
     value      TEXT NOT NULL,
     created_at BIGINT NOT NULL
 );
+
+-- The tasks workers run, with their default policies (the last worker to publish a task wins).
+CREATE TABLE tasks (
+    name         TEXT COLLATE "C" PRIMARY KEY,
+    max_attempts INTEGER NOT NULL,
+    backoff_base DOUBLE PRECISION NOT NULL,
+    backoff_cap  DOUBLE PRECISION NOT NULL,
+    timeout      DOUBLE PRECISION,
+    is_async     BOOLEAN NOT NULL,
+    worker       TEXT NOT NULL,                     -- the last worker to publish it
+    seen_at      BIGINT NOT NULL
+);

@@ -490,3 +490,20 @@ LIMIT :limit;
 -- The job an edit, pause, resume, cancel or manual run decides on (BEGIN IMMEDIATE holds the
 -- write lock already; PostgreSQL's version locks the row).
 SELECT * FROM jobs WHERE id = :id;
+
+-- name: task_publish
+INSERT INTO tasks (name, max_attempts, backoff_base, backoff_cap, timeout, is_async, worker, seen_at)
+VALUES (:name, :max_attempts, :backoff_base, :backoff_cap, :timeout, :is_async, :worker, :now)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = excluded.max_attempts, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, timeout = excluded.timeout, is_async = excluded.is_async,
+    worker = excluded.worker, seen_at = excluded.seen_at;
+
+-- name: task_catalog
+SELECT * FROM tasks WHERE seen_at >= :since ORDER BY name;
+
+-- name: task_catalog_of_names
+-- task_catalog for a few names (a job's task on submission): one primary-key look-up each.
+SELECT t.* FROM tasks t
+WHERE t.name IN (SELECT value FROM json_each(:names)) AND t.seen_at >= :since
+ORDER BY t.name;

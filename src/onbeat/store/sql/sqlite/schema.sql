@@ -129,3 +129,15 @@ CREATE TABLE secrets (
     value      TEXT NOT NULL,
     created_at INTEGER NOT NULL
 );
+
+-- The tasks workers run, with their default policies (the last worker to publish a task wins).
+CREATE TABLE tasks (
+    name         TEXT PRIMARY KEY,
+    max_attempts INTEGER NOT NULL,
+    backoff_base REAL NOT NULL,
+    backoff_cap  REAL NOT NULL,
+    timeout      REAL,
+    is_async     INTEGER NOT NULL,
+    worker       TEXT NOT NULL,                     -- the last worker to publish it
+    seen_at      INTEGER NOT NULL
+) WITHOUT ROWID;

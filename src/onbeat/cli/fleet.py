@@ -1,0 +1,112 @@
+"""The fleet's processes, one part of onbeat each, sharing one store and one delay queue:
+``onbeat scheduler``, ``onbeat worker``, ``onbeat api``; and ``onbeat migrate``, which applies the
+schema and exits. (``onbeat up``, all parts in one process, is in ``cli/node.py``.)
+
+Their flags come from ``onbeat.settings.Settings`` (``cli/options.py``); everything else is an
+``ONBEAT_*`` variable. Each fails fast, in one line, if its store or queue cannot be reached when
+it starts, and rides out later outages (see docs/settings.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from typing import Any
+
+import click
+
+from onbeat.app import App
+from onbeat.cli import main
+from onbeat.cli.options import (
+    OneLineUsageError,
+    SettingsCommand,
+    apply_log_level,
+    load_app,
+    setting_options,
+    settings_from,
+)
+from onbeat.clock import SystemClock
+from onbeat.settings import redact_url
+from onbeat.store import open_store, pending_migrations
+
+
+def start(app: App, what: str, *, scheduler: bool, worker: bool, api: bool) -> None:
+    """Run ``what`` until SIGINT/SIGTERM: the store is opened (and migrated unless
+    ``--no-migrate``) before anything else, so a store that cannot be opened is one line."""
+    from onbeat.node import serve
+
+    settings = app.settings
+    app.store  # noqa: B018  (opened now: a store that cannot be opened is one line, not a traceback)
+    if api:
+        refuse_open_api(app)
+    queue = f", queue {redact_url(settings.queue_url)}" if scheduler or worker else ""
+    banner = f"onbeat {what}: store {redact_url(settings.database_url)}{queue}"
+    listen = (settings.host, settings.port) if api else None
+    asyncio.run(serve(app, listen, scheduler=scheduler, worker=worker, banner=banner))
+
+
+def refuse_open_api(app: App) -> None:
+    """An API on a non-loopback address while no API key exists would let anyone in as admin:
+    refuse, unless ``--insecure``."""
+    host = app.settings.host
+    if not _is_loopback(host) and not app.settings.insecure and not app.auth_enabled():
+        raise OneLineUsageError(
+            f"refusing to serve {host}: no API key exists, so the API would be open to anyone. "
+            "Create one with `onbeat keys create`, bind to 127.0.0.1, or pass --insecure."
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@main.command(cls=SettingsCommand)
+@setting_options("scheduler")
+def scheduler(**flags: Any) -> None:
+    """Run a scheduler: it leases a fair share of the shards and, in them, hands due runs to the
+    delay queue and plans each cron job's next run; in every shard it re-queues the runs of dead
+    workers and those the queue lost. Run several: a dead one's shards are taken over."""
+    apply_log_level(flags)
+    app = App(**settings_from(flags).model_dump())
+    start(app, "scheduler", scheduler=True, worker=False, api=False)
+
+
+@main.command(cls=SettingsCommand)
+@setting_options("worker")
+def worker(**flags: Any) -> None:
+    """Run a worker for the tasks of --app: it claims due runs from the delay queue and runs up
+    to --concurrency at once, and publishes its tasks (with their defaults) to the store, so
+    `onbeat api` accepts jobs for them."""
+    apply_log_level(flags)
+    app = load_app(flags)
+    start(app, "worker", scheduler=False, worker=True, api=False)
+
+
+@main.command(cls=SettingsCommand)
+@setting_options("api")
+def api(**flags: Any) -> None:
+    """Serve the REST API and dashboard, without your code: a job's task must have been
+    published by a worker (see docs/settings.md). Run several behind a load balancer."""
+    apply_log_level(flags)
+    app = App(**settings_from(flags).model_dump())
+    start(app, "api", scheduler=False, worker=False, api=True)
+
+
+@main.command(cls=SettingsCommand)
+@setting_options("migrate")
+def migrate(**flags: Any) -> None:
+    """Apply the store's pending schema migrations, then exit. Safe to run again (it then
+    applies nothing) and while other processes use the store."""
+    apply_log_level(flags)
+    settings = settings_from(flags)
+    url = settings.database_url
+    pending = pending_migrations(url)
+    open_store(url, SystemClock(), settings.shards).close()
+    if pending:
+        applied = ", ".join(map(str, pending))
+        click.echo(f"onbeat migrate: applied migration(s) {applied} to {redact_url(url)}")
+    else:
+        click.echo(f"onbeat migrate: {redact_url(url)} is up to date")
