@@ -819,7 +819,7 @@ class SQLStore:
                     to_queue.append(r["id"])
                     if plan.current.catchup:
                         catchups.append(r["id"])
-                    out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
+                    out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"]))
                 else:
                     to_skip.append((r, plan.current.reason or "skipped"))
                 new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in plan.also)
@@ -839,8 +839,8 @@ class SQLStore:
             ]
             inserted = self._insert_planned(c, [*new_runs, *heads])
             out.extend(
-                QueueItem(run.id, run.due_at, priority)
-                for _, _, priority, run in new_runs
+                QueueItem(run.id, run.due_at, priority, shard)
+                for _, shard, priority, run in new_runs
                 if run.status is ExecutionStatus.QUEUED and run.id in inserted
             )
             head_updates = []
@@ -917,7 +917,10 @@ class SQLStore:
                         "limit": limit - len(items),
                     },
                 ).fetchall()
-                items.extend(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]) for r in rows)
+                items.extend(
+                    QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"])
+                    for r in rows
+                )
                 last = rows[-1] if rows else last
         if last is None or len(items) < limit:
             return SweepPage(items, None)
@@ -1061,7 +1064,9 @@ class SQLStore:
             if plan.catchup:
                 c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})
             to_start = [rows[run.id] for run in plan.start]
-            not_due = [QueueItem(run.id, run.due_at, run.priority) for run in plan.not_due]
+            not_due = [
+                QueueItem(run.id, run.due_at, run.priority, run.shard) for run in plan.not_due
+            ]
             replaced = plan.replaced
             started = c.execute(
                 self._q["execution_start_many"],
