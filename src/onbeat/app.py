@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypedDict, TypeVar, Unpack
 
@@ -174,7 +174,7 @@ class App:
         idempotency key."""
         return self.submit(task_name, params, cron, at, timezone, **options).job
 
-    def submit(
+    def prepare(
         self,
         task_name: str,
         params: dict[str, Any] | None = None,
@@ -182,9 +182,9 @@ class App:
         at: datetime | str | None = None,
         timezone: str = "UTC",
         **options: Unpack[JobOptions],
-    ) -> CreatedJob:
-        """:meth:`schedule`, also saying whether the job was created by this call or is the one
-        an earlier submission under the same ``idempotency_key`` created (``replayed``)."""
+    ) -> NewJob:
+        """Validate a submission as :meth:`schedule` does and return the job to store, without
+        storing it (for :meth:`submit_many`); ValidationError names what is wrong."""
         unknown = options.keys() - JobOptions.__optional_keys__
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
@@ -192,7 +192,7 @@ class App:
         task = self.get_task(validation.task_name(task_name))
         max_attempts, timeout = options.get("max_attempts"), options.get("timeout")
         backoff, backoff_max = options.get("backoff"), options.get("backoff_max")
-        new = NewJob(
+        return NewJob(
             task=task.name,
             params=validation.params(params),
             schedule=validation.schedule(cron, at, timezone),
@@ -210,7 +210,28 @@ class App:
             tenant=validation.tenant(options.get("tenant", DEFAULT_TENANT)),
             idempotency_key=key,
         )
-        created = self.store.job_create(new)
+
+    def submit(
+        self,
+        task_name: str,
+        params: dict[str, Any] | None = None,
+        cron: str | None = None,
+        at: datetime | str | None = None,
+        timezone: str = "UTC",
+        **options: Unpack[JobOptions],
+    ) -> CreatedJob:
+        """:meth:`schedule`, also saying whether the job was created by this call or is the one
+        an earlier submission under the same ``idempotency_key`` created (``replayed``)."""
+        created = self.store.job_create(
+            self.prepare(task_name, params, cron, at, timezone, **options)
+        )
+        self._submitted()
+        return created
+
+    def submit_many(self, jobs: Sequence[NewJob]) -> list[CreatedJob]:
+        """Store jobs made by :meth:`prepare` in one transaction: all of them or, if the store
+        refuses one (an idempotency key reused for another submission), none."""
+        created = self.store.job_create_many(jobs)
         self._submitted()
         return created
 

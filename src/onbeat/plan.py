@@ -252,6 +252,7 @@ class ClaimCandidate:
     overlap: OverlapPolicy
     misfire: MisfirePolicy
     catchup_window: float
+    shard: int = 0
 
     @property
     def late_since(self) -> datetime:

@@ -194,7 +194,7 @@ class Scheduler:
         while True:
             reaped = await asyncio.to_thread(self.store.execution_reap, REAP_BATCH)
             again = [
-                QueueItem(e.id, e.due_at, e.priority)
+                QueueItem(e.id, e.due_at, e.priority, e.shard)
                 for e in reaped
                 if e.status is ExecutionStatus.QUEUED
             ]

@@ -17,6 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DEFAULT_SHARDS = 1024
+"""Logical shards of a new store; a store keeps the count it was made with."""
+
 ENV_PREFIX = "ONBEAT_"
 PROCESS_COMMANDS = ("up", "scheduler", "worker", "api")
 """The commands that run a long-lived process (``migrate`` applies the schema and exits)."""
@@ -130,7 +133,12 @@ class Settings(BaseSettings):
 
     # --- schedulers ------------------------------------------------------------------------
     shards: int = Field(
-        default=16, ge=1, description="Shard count, fixed when the store is created."
+        default=DEFAULT_SHARDS,
+        ge=1,
+        le=65536,
+        description="Logical shard count, fixed when the store is created (later values are "
+        "ignored). Schedulers lease shards, so many shards cost only lease rows; 1,024 spreads "
+        "load within ~10 % across Redis Cluster nodes or database groups, 16 by 1.5-2x.",
     )
     shard_lease_ttl: float = Field(
         default=15.0,

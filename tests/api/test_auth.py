@@ -48,6 +48,7 @@ class Route:
 ROUTES = [
     Route("GET", "/jobs"),
     Route("POST", "/jobs", body={"task": "echo"}),
+    Route("POST", "/jobs/batch", body={"jobs": [{"task": "echo"}]}),
     Route("GET", "/jobs/{job_id}"),
     Route("PATCH", "/jobs/{job_id}", body={"priority": 3}),
     Route("DELETE", "/jobs/{job_id}"),

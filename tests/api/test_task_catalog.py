@@ -89,7 +89,7 @@ async def test_unreachable_store__503_with_retry_after(
     def unreachable(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailableError("connection to the store lost")
 
-    monkeypatch.setattr(codeless.store, "job_create", unreachable)
+    monkeypatch.setattr(codeless.store, "job_create_many", unreachable)
     monkeypatch.setattr(codeless.store, "job_list", unreachable)
     created = await api.post("/jobs", json={"task": "mail.send"})
     doc = assert_problem(created, 503)

@@ -14,6 +14,8 @@ import pytest
 from onbeat.queue import DelayQueue, open_queue
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.queue_contract import DelayQueueContract
+from onbeat.testing.redis_queue import drop_prefix
+from onbeat.testing.redis_queue import fresh_queue_url as fresh_redis_url
 from tests.queue_backends import fresh_queue_url
 
 
@@ -27,6 +29,9 @@ def clock() -> FakeClock:
         pytest.param("memory", id="memory"),
         pytest.param("postgres", id="postgres", marks=pytest.mark.external_service),
         pytest.param("sqlite", id="sqlite"),
+        pytest.param("redis", id="redis", marks=pytest.mark.external_service),
+        # One shard per script call, as a Redis Cluster needs them (still on one Redis).
+        pytest.param("redis-per-shard", id="redis-per-shard", marks=pytest.mark.external_service),
     ]
 )
 async def delay_queue(
@@ -38,6 +43,16 @@ async def delay_queue(
             yield queue
         finally:
             await queue.close()
+        return
+    if request.param.startswith("redis"):  # a key prefix of its own, dropped afterwards
+        per_shard_calls = int(request.param == "redis-per-shard")
+        url, prefix = fresh_redis_url(per_shard_calls=per_shard_calls)
+        queue = open_queue(url, clock)
+        try:
+            yield queue
+        finally:
+            await queue.close()
+            await drop_prefix(prefix)
         return
     async with fresh_queue_url(request.param, tmp_path) as url:
         queue = open_queue(url, clock)

@@ -173,6 +173,14 @@ class JobCreate(_Request):
     jitter: Jitter = Field(None, description="Seconds; default 0.")
 
 
+MAX_BATCH = 1000
+"""Most jobs one ``POST /jobs/batch`` submits (one transaction; larger loads: more requests)."""
+
+
+class JobBatch(_Request):
+    jobs: list[JobCreate] = Field(min_length=1, max_length=MAX_BATCH)
+
+
 class ScheduleChange(_Request):
     """A new schedule: an ``expression`` (cron) or an ``at`` (once); ``timezone`` alone re-zones a
     cron job. ``type`` is optional and, when given, must agree. A job cannot become ``now``: use
@@ -306,6 +314,11 @@ class Page(BaseModel, Generic[T]):
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null on the last."
     )
+
+
+class JobBatchOut(BaseModel):
+    items: list[JobOut]
+    """The jobs, in the order submitted."""
 
 
 class JobPage(Page[JobOut]):

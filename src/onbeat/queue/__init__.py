@@ -10,7 +10,8 @@ __all__ = ["DelayQueue", "QueueItem", "open_queue"]
 
 def open_queue(url: str, clock: Clock) -> DelayQueue:
     """Pick the backend from the URL scheme: ``memory://`` (in-process), ``postgresql://...``
-    or ``sqlite:///path`` (a table shared by processes: ``table.TableDelayQueue``)."""
+    or ``sqlite:///path`` (a table shared by processes: ``table.TableDelayQueue``), ``redis://``
+    or ``rediss://`` (``redis.RedisDelayQueue``; ``?prefix=`` names its keys)."""
     if url.startswith("memory://"):
         from onbeat.queue.memory import MemoryDelayQueue
 
@@ -19,7 +20,11 @@ def open_queue(url: str, clock: Clock) -> DelayQueue:
         from onbeat.queue.table import open_table_queue
 
         return open_table_queue(url, clock)
+    if url.startswith(("redis://", "rediss://")):
+        from onbeat.queue.redis import RedisDelayQueue
+
+        return RedisDelayQueue.from_url(url, clock)
     raise ValueError(
         f"queue_url: unsupported scheme in {url!r} "
-        "(expected memory://, postgresql://... or sqlite:///PATH)"
+        "(expected memory://, postgresql://..., sqlite:///PATH, redis://...)"
     )

@@ -20,6 +20,8 @@ class QueueItem:
     priority: int = 0
     """Higher is more urgent: among due items, higher tiers are released first."""
     shard: int = 0
+    """The execution's shard (fixed by the store). A backend may keep shards apart (Redis keys
+    are hash-tagged by it); ``claim_due`` and ``missing`` still span every shard."""
 
 
 class DelayQueue(Protocol):
@@ -30,7 +32,10 @@ class DelayQueue(Protocol):
     async def claim_due(self, limit: int) -> list[str]:
         """Atomically remove and return up to ``limit`` ids whose due time has come.
 
-        Highest priority first, then earliest ``due_at``. An id is returned to one caller only.
+        Highest priority first, then earliest ``due_at`` (a backend that keeps shards apart,
+        like Redis, orders by ``due_at`` within each shard and spreads a claim over the shards
+        of a tier). An id is returned to one caller only, across processes if the backend is
+        shared.
         """
         ...
 

@@ -6,7 +6,7 @@ import importlib
 
 from onbeat.clock import Clock
 from onbeat.errors import StoreOpenError
-from onbeat.settings import redact_url
+from onbeat.settings import DEFAULT_SHARDS, redact_url
 from onbeat.store.base import Store
 from onbeat.store.migrations import pending_migrations
 
@@ -15,7 +15,9 @@ __all__ = ["Store", "open_store", "pending_migrations"]
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_store(url: str, clock: Clock, shard_count: int = 16, *, migrate: bool = True) -> Store:
+def open_store(
+    url: str, clock: Clock, shard_count: int = DEFAULT_SHARDS, *, migrate: bool = True
+) -> Store:
     """Pick the backend from the URL scheme: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``
     or ``postgresql://...``. Opening applies pending migrations; with ``migrate=False`` it
     applies none and refuses a store that lacks any (StoreOpenError saying to run

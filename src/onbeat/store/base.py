@@ -186,6 +186,13 @@ class Store(Protocol):
         of concurrent creates under one key exactly one inserts; the others replay its job."""
         ...
 
+    def job_create_many(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+        """``job_create`` for many jobs in one transaction (one statement per kind of row, not per
+        job), answering in the order given. A key used twice in the batch returns the job of its
+        first use (``replayed``), as two separate submissions would.
+        Concurrency: as ``job_create``, per key."""
+        ...
+
     def job_get(self, job_id: str) -> Job | None:
         """The job; UnreadableRecordError if its stored values cannot be decoded or fail
         ``onbeat.validation.check_job`` (a row written behind the store's back).

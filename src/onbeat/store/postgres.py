@@ -31,7 +31,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from onbeat.clock import Clock
 from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefusedError
-from onbeat.settings import redact_url
+from onbeat.settings import DEFAULT_SHARDS, redact_url
 from onbeat.store.queries import load_queries, migrations
 from onbeat.store.sql_store import Connection, Cursor, SQLStore
 
@@ -106,7 +106,11 @@ class PostgresStore(SQLStore):
     _retry_errors = _CONFLICTS
 
     def __init__(
-        self, url: str, clock: Clock | None = None, shard_count: int = 16, migrate: bool = True
+        self,
+        url: str,
+        clock: Clock | None = None,
+        shard_count: int = DEFAULT_SHARDS,
+        migrate: bool = True,
     ) -> None:
         """Connect, migrate (unless ``migrate`` is False) and set up the shards;
         StoreOpenError, naming the server, if the database cannot be reached or used."""

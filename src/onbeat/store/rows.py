@@ -64,6 +64,7 @@ def claim_candidate(r: sqlite3.Row) -> ClaimCandidate:
         overlap=_OVERLAPS[r["overlap"]],
         misfire=_MISFIRES[r["misfire"]],
         catchup_window=r["catchup_window"],
+        shard=r["shard"],
     )
 
 

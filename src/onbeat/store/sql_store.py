@@ -200,9 +200,74 @@ class SQLStore:
         from them, one at a time across processes."""
 
     # --- API role ---------------------------------------------------------------------------
-    @retried
     def job_create(self, new: NewJob) -> CreatedJob:
+        return self.job_create_many([new])[0]
+
+    @retried
+    def job_create_many(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+        try:
+            return self._create_jobs(news)
+        except _KeyTaken:  # rolled back; this time the lookup finds the other submission's job
+            return self._create_jobs(news)
+
+    def _create_jobs(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+        """Insert the jobs, their creation events and first runs with one statement each, in one
+        transaction. A job with an idempotency key is looked up first, in submission order, so a
+        key repeated within the batch returns the job its first use made."""
         now = self.now()
+        rows: list[dict[str, Any]] = []
+        firsts: list[tuple[str, int, int, PlannedExecution]] = []
+        answers: list[Job | str] = []  # a job replayed, or the id of one created
+        with self._tx() as c:
+            for new in news:
+                if new.idempotency_key is not None:
+                    replayed = self._idempotent_job(c, new, now)
+                    if replayed is not None:
+                        answers.append(replayed)
+                        continue
+                row, first = self._job_row(new, now)
+                if new.idempotency_key is not None:
+                    # Inserted now (the key refers to it); the key's insert decides: of
+                    # concurrent submissions under one key, the others wait for the first to
+                    # commit and insert nothing.
+                    c.execute(self._q["job_insert"], row)
+                    key = {
+                        "tenant": new.tenant,
+                        "key": new.idempotency_key,
+                        "fingerprint": fingerprint(new),
+                        "job_id": row["id"],
+                        "now": row["now"],
+                    }
+                    if c.execute(self._q["idempotency_key_insert"], key).fetchone() is None:
+                        raise _KeyTaken
+                else:
+                    rows.append(row)
+                if first:
+                    firsts.append((row["id"], row["shard"], new.priority, first))
+                answers.append(row["id"])
+            c.executemany(self._q["job_insert"], rows)
+            created = [a for a in answers if isinstance(a, str)]
+            c.executemany(
+                self._q["job_event_insert"],
+                [
+                    {"id": job_id, "kind": JobEventKind.CREATED.value, "now": to_us(now)}
+                    for job_id in created
+                ],
+            )
+            self._insert_planned(c, firsts)
+            jobs = {
+                r["id"]: job_of(r)
+                for r in c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)})
+            }
+        return [
+            CreatedJob(jobs[a], replayed=False) if isinstance(a, str) else CreatedJob(a, True)
+            for a in answers
+        ]
+
+    def _job_row(
+        self, new: NewJob, now: datetime
+    ) -> tuple[dict[str, Any], PlannedExecution | None]:
+        """A new job's row, and its first run (None if its schedule never fires)."""
         job_id = new_id()
         first = first_execution(new.schedule, new.jitter, now)
         row = {
@@ -219,34 +284,7 @@ class SQLStore:
             "shard": shard_of(job_id, self.shard_count),
             "now": to_us(now),
         }
-        try:
-            with self._tx() as c:
-                replayed = self._idempotent_job(c, new, now) if new.idempotency_key else None
-                if replayed is not None:
-                    return CreatedJob(replayed, replayed=True)
-                c.execute(self._q["job_insert"], row)
-                if new.idempotency_key is not None:
-                    # The insert of the key decides: of concurrent submissions under one key,
-                    # the others wait for the first to commit and insert nothing.
-                    key = {
-                        "tenant": new.tenant,
-                        "key": new.idempotency_key,
-                        "fingerprint": fingerprint(new),
-                        "job_id": job_id,
-                        "now": row["now"],
-                    }
-                    if c.execute(self._q["idempotency_key_insert"], key).fetchone() is None:
-                        raise _KeyTaken
-                self._event(c, job_id, JobEventKind.CREATED, row["now"])
-                if first:
-                    self._insert_executions(c, row["id"], row["shard"], new.priority, [first])
-                job = job_of(c.execute(self._q["job_get"], {"id": job_id}).fetchone())
-        except _KeyTaken:  # rolled back: the job is the one the first submission made
-            with self._tx() as c:
-                replayed = self._idempotent_job(c, new, now)
-            assert replayed is not None, "an idempotency key vanished while it was in use"
-            return CreatedJob(replayed, replayed=True)
-        return CreatedJob(job, replayed=False)
+        return row, first
 
     def _idempotent_job(self, c: Connection, new: NewJob, now: datetime) -> Job | None:
         c.execute(self._q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
@@ -781,7 +819,7 @@ class SQLStore:
                     to_queue.append(r["id"])
                     if plan.current.catchup:
                         catchups.append(r["id"])
-                    out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]))
+                    out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"]))
                 else:
                     to_skip.append((r, plan.current.reason or "skipped"))
                 new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in plan.also)
@@ -801,8 +839,8 @@ class SQLStore:
             ]
             inserted = self._insert_planned(c, [*new_runs, *heads])
             out.extend(
-                QueueItem(run.id, run.due_at, priority)
-                for _, _, priority, run in new_runs
+                QueueItem(run.id, run.due_at, priority, shard)
+                for _, shard, priority, run in new_runs
                 if run.status is ExecutionStatus.QUEUED and run.id in inserted
             )
             head_updates = []
@@ -879,7 +917,10 @@ class SQLStore:
                         "limit": limit - len(items),
                     },
                 ).fetchall()
-                items.extend(QueueItem(r["id"], from_us(r["due_at"]), r["priority"]) for r in rows)
+                items.extend(
+                    QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"])
+                    for r in rows
+                )
                 last = rows[-1] if rows else last
         if last is None or len(items) < limit:
             return SweepPage(items, None)
@@ -1023,7 +1064,9 @@ class SQLStore:
             if plan.catchup:
                 c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})
             to_start = [rows[run.id] for run in plan.start]
-            not_due = [QueueItem(run.id, run.due_at, run.priority) for run in plan.not_due]
+            not_due = [
+                QueueItem(run.id, run.due_at, run.priority, run.shard) for run in plan.not_due
+            ]
             replaced = plan.replaced
             started = c.execute(
                 self._q["execution_start_many"],

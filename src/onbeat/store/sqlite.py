@@ -21,6 +21,7 @@ from pathlib import Path
 
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
+from onbeat.settings import DEFAULT_SHARDS
 from onbeat.store.queries import load_queries, migrations
 from onbeat.store.sql_store import SQLStore
 
@@ -42,7 +43,9 @@ class SQLiteStore(SQLStore):
     dialect = "sqlite"
     _q = Q
 
-    def __init__(self, path: str | Path, clock: Clock | None = None, shard_count: int = 16) -> None:
+    def __init__(
+        self, path: str | Path, clock: Clock | None = None, shard_count: int = DEFAULT_SHARDS
+    ) -> None:
         """Open (creating if need be) and migrate the database at ``path``; StoreOpenError if it
         cannot be."""
         self._clock = clock or SystemClock()

@@ -18,7 +18,9 @@ What the suite pins down where ``base.DelayQueue`` is silent: an item is due whe
 refused with ``ValueError`` and nothing is stored; ``claim_due(0)`` returns ``[]`` and a negative
 limit raises ``ValueError``; re-enqueue is last-write-wins (the newest due_at and priority, even
 if later or lower); ``close()`` is idempotent and releases waiters. Order among items with equal
-priority and ``due_at`` is left to the backend.
+priority and ``due_at`` is left to the backend. Items carry a ``shard``: ``claim_due``,
+``missing`` and ``remove`` span every shard and priority is honoured across shards, but due-time
+order is only required within a shard (a backend may spread a claim over the shards of a tier).
 """
 
 from __future__ import annotations
@@ -479,6 +481,82 @@ class DelayQueueContract:
         lost = ids[::997]
         await delay_queue.remove(lost)
         assert await delay_queue.missing(ids) == lost
+
+    # -- shards --------------------------------------------------------------------------------
+
+    async def test_shard__carried_through_claim_and_missing(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue(
+            [
+                QueueItem("s7", _at(clock, -1), shard=7),
+                QueueItem("s0", _at(clock, -2)),
+                QueueItem("s1023", _at(clock, 30), shard=1023),
+                QueueItem("s7-later", _at(clock, 60), priority=2, shard=7),
+            ]
+        )
+        assert await delay_queue.size() == 4
+        assert await delay_queue.missing(["s7", "x", "s1023", "s0", "s7-later"]) == ["x"]
+        assert sorted(await delay_queue.claim_due(10)) == ["s0", "s7"]
+        assert await delay_queue.missing(["s7", "s1023", "s0"]) == ["s7", "s0"]
+        assert await delay_queue.next_due_at() == _at(clock, 30)
+        clock.advance(60)
+        assert await delay_queue.claim_due(10) == ["s7-later", "s1023"]
+        assert await delay_queue.size() == 0
+
+    async def test_shard__priority_beats_shard_and_due_order(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue(
+            [
+                QueueItem("old-low", _at(clock, -50), priority=0, shard=3),
+                QueueItem("new-high", _at(clock, -1), priority=9, shard=5),
+                QueueItem("mid", _at(clock, -20), priority=4, shard=3),
+            ]
+        )
+        assert await delay_queue.claim_due(1) == ["new-high"]
+        assert await delay_queue.claim_due(10) == ["mid", "old-low"]
+
+    async def test_shard__re_enqueue_under_another_shard_keeps_one_copy(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, -1), shard=3)])
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, 5), priority=2, shard=7)])
+        assert await delay_queue.size() == 1
+        assert await delay_queue.claim_due(10) == []
+        assert await delay_queue.next_due_at() == _at(clock, 5)
+        clock.advance(5)
+        assert await delay_queue.claim_due(10) == ["e1"]
+        assert await delay_queue.claim_due(10) == []
+
+    async def test_shard__remove_finds_every_shard(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue(
+            [QueueItem(f"e{i}", _at(clock, -1), shard=i * 37 % 1024) for i in range(40)]
+        )
+        await delay_queue.remove([f"e{i}" for i in range(0, 40, 2)])
+        assert await delay_queue.size() == 20
+        assert sorted(await _claim_all(delay_queue)) == sorted(f"e{i}" for i in range(1, 40, 2))
+
+    async def test_shard__many_shards_each_id_once_tiers_in_order(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        # Order across the shards of one tier is the backend's; within a shard it is by due
+        # time, and no claim hands out a lower tier while a higher one still holds due ids.
+        items = [
+            QueueItem(f"e{i:04d}", _at(clock, -(i * 7919 % 300)), priority=i % 3, shard=i % 97)
+            for i in range(3000)
+        ]
+        await delay_queue.enqueue(items)
+        by_id = {item.execution_id: item for item in items}
+        claimed = await _claim_all(delay_queue, batch=101)
+        assert sorted(claimed) == sorted(by_id)
+        tiers = [by_id[eid].priority for eid in claimed]
+        assert tiers == sorted(tiers, reverse=True)
+        for shard in range(97):
+            mine = [eid for eid in claimed if by_id[eid].shard == shard]
+            _assert_released_in_order(mine, by_id)
 
     # -- wait ----------------------------------------------------------------------------------
 

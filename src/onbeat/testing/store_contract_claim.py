@@ -127,7 +127,7 @@ class ClaimContract:
         assert _ids(_dispatch(store)) == {run.id}
         result = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE)
         assert result.started == []
-        assert result.not_due == [QueueItem(run.id, run.due_at, 2)]
+        assert result.not_due == [QueueItem(run.id, run.due_at, 2, run.shard)]
         assert _get(store, run.id).status is ExecutionStatus.QUEUED
         clock.advance(5)
         assert _claim(store, run.id).execution.status is ExecutionStatus.RUNNING

@@ -131,15 +131,17 @@ class DispatchContract:
         later_run = _only_run(store, store.job_create(_once(_at(clock, 60))).job.id)
         items = _dispatch(store)
         assert sorted(items, key=lambda i: i.due_at) == [
-            QueueItem(now_run.id, t0, 3),
-            QueueItem(soon_run.id, t0 + timedelta(seconds=5), 0),
+            QueueItem(now_run.id, t0, 3, now_run.shard),
+            QueueItem(soon_run.id, t0 + timedelta(seconds=5), 0, soon_run.shard),
         ]
         assert _get(store, now_run.id).status is ExecutionStatus.QUEUED
         assert _get(store, soon_run.id).status is ExecutionStatus.QUEUED
         assert _get(store, later_run.id).status is ExecutionStatus.SCHEDULED
         assert _dispatch(store) == [], "a queued run was dispatched twice"
         clock.advance(50)
-        assert _dispatch(store) == [QueueItem(later_run.id, t0 + timedelta(seconds=60), 0)]
+        assert _dispatch(store) == [
+            QueueItem(later_run.id, t0 + timedelta(seconds=60), 0, later_run.shard)
+        ]
 
     def test_execution_dispatch__respects_limit(self, store: Store, clock: FakeClock) -> None:
         for _ in range(3):
@@ -166,7 +168,7 @@ class DispatchContract:
         job = store.job_create(_cron(EVERY_MINUTE)).job
         first = _only_run(store, job.id)
         clock.advance(55)
-        assert _dispatch(store) == [QueueItem(first.id, first.scheduled_for, 0)]
+        assert _dispatch(store) == [QueueItem(first.id, first.scheduled_for, 0, first.shard)]
         nxt = first.scheduled_for + timedelta(minutes=1)
         for _ in range(2):  # a repeated pass changes nothing
             pending = _pending(store, job.id)

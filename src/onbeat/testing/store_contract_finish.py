@@ -235,7 +235,9 @@ class FinishContract:
         assert _ids(_dispatch(store)) == {upcoming.id}
         leases = _leases(store)
         every = list(range(store.shard_count))
-        assert store.execution_sweep(leases, every, 60.0, 100).items == [QueueItem(lost.id, t0, 4)]
+        assert store.execution_sweep(leases, every, 60.0, 100).items == [
+            QueueItem(lost.id, t0, 4, lost.shard)
+        ], "a queued run is swept with its due time, priority and shard"
         assert store.execution_sweep(leases, every, 300.0, 100).items == []
         swept = store.execution_sweep(leases, every, None, 100).items
         assert _ids(swept) == {lost.id, upcoming.id}

@@ -15,6 +15,7 @@ from onbeat.model import (
     PENDING_STATUSES,
     Execution,
     ExecutionStatus,
+    JobEventKind,
     JobStatus,
     MisfirePolicy,
     OverlapPolicy,
@@ -57,6 +58,42 @@ class JobsContract:
         assert (first.replayed, again.replayed) == (False, True)
         assert [j.id for j in store.job_list()] == [first.job.id]
         assert len(_runs(store, first.job.id)) == 1
+
+    def test_job_create_many__each_job_with_its_first_run_in_the_order_given(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        news = [_new(), _cron(HOURLY), _once(_at(clock, 30)), _new(params={"n": 4})]
+        created = store.job_create_many(news)
+        assert [c.replayed for c in created] == [False] * 4
+        assert [c.job.schedule for c in created] == [n.schedule for n in news]
+        assert [c.job.params for c in created] == [n.params for n in news]
+        assert [j.id for j in store.job_list()] == sorted(c.job.id for c in created)
+        for made in created:
+            assert _job(store, made.job.id) == made.job
+            [run] = _runs(store, made.job.id)
+            assert run.scheduled_for == made.job.next_fire_at or made.job.next_fire_at is None
+            assert [e.kind for e in store.job_events(made.job.id)] == [JobEventKind.CREATED]
+        assert store.job_create_many([]) == []
+
+    def test_job_create_many__a_key_used_twice_in_a_batch_makes_one_job(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        earlier = store.job_create(_new(idempotency_key="k-0")).job
+        created = store.job_create_many(
+            [
+                _new(idempotency_key="k-1"),
+                _new(),
+                _new(idempotency_key="k-1"),
+                _new(idempotency_key="k-0"),
+            ]
+        )
+        assert [c.replayed for c in created] == [False, False, True, True]
+        assert created[2].job.id == created[0].job.id
+        assert created[3].job.id == earlier.id
+        assert len(store.job_list()) == 3
+        with pytest.raises(ValidationError, match="Idempotency-Key"):
+            store.job_create_many([_new(), _cron(HOURLY, idempotency_key="k-0")])
+        assert len(store.job_list()) == 3, "a refused batch left jobs behind"
 
     def test_job_create__idempotency_key_reused_for_another_submission_is_refused(
         self, store: Store, clock: FakeClock

@@ -23,6 +23,8 @@ from onbeat.api.schemas import (
     AuditOut,
     ExecutionOut,
     ExecutionPage,
+    JobBatch,
+    JobBatchOut,
     JobCreate,
     JobDetail,
     JobOut,
@@ -39,7 +41,7 @@ from onbeat.app import App
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
-from onbeat.store.base import CreatedJob
+from onbeat.store.base import CreatedJob, NewJob
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -107,13 +109,36 @@ def create_job(
     return job_out(created.job)
 
 
+@router.post(
+    "/batch",
+    status_code=201,
+    response_model=JobBatchOut,
+    responses=problem_responses(400, 413, 422, 503),
+    summary="Submit many jobs at once",
+)
+def create_jobs(body: JobBatch, onbeat: OnbeatApp, caller: CallerDep) -> JobBatchOut:
+    """Validate every job as ``POST /jobs`` does, then store them all in one transaction: all
+    of them, or (any one invalid, named by its index: ``jobs.3.schedule.expression``) none."""
+    news = []
+    for index, job in enumerate(body.jobs):
+        try:
+            news.append(_prepare(onbeat, job, caller.home_tenant, None))
+        except ValidationError as exc:
+            raise ValidationError(f"jobs.{index}.{exc.field}", exc.message) from None
+    return JobBatchOut(items=[job_out(c.job) for c in onbeat.submit_many(news)])
+
+
 def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
+    return onbeat.submit_many([_prepare(onbeat, body, tenant, idempotency_key)])[0]
+
+
+def _prepare(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> NewJob:
     cron, at = _schedule_args(body.schedule)
     options = body.model_dump(
         exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
     )
     with fields_renamed(SCHEDULE_FIELDS):
-        return onbeat.submit(
+        return onbeat.prepare(
             body.task,
             body.params,
             cron=cron,
