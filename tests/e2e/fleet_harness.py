@@ -44,12 +44,22 @@ class Fleet:
     env: dict[str, str]
     logs: Path
     procs: list[Proc] = field(default_factory=list)
+    role_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Extra flags per role (``{"scheduler": ("--log-level", "INFO")}``)."""
 
     def start(self, role: str, *args: str) -> Proc:
         log = self.logs / f"{role}-{sum(p.role == role for p in self.procs)}.log"
         with log.open("ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "onbeat", role, "--no-migrate", *args],
+                [
+                    sys.executable,
+                    "-m",
+                    "onbeat",
+                    role,
+                    "--no-migrate",
+                    *args,
+                    *self.role_flags.get(role, ()),
+                ],
                 cwd=REPO,
                 env=self.env,
                 stdout=out,
@@ -122,6 +132,13 @@ def terminate_backends(admin_url: str, application_names: list[str]) -> int:
             (application_names,),
         ).fetchall()
     return sum(1 for (done,) in rows if done)
+
+
+def shard_count(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM shard_leases").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def shard_holders(database_url: str) -> dict[int, str]:
@@ -227,10 +244,12 @@ MakeBody = Callable[[], dict[str, Any] | None]
 
 
 class ApiCalls:
-    """``(path, body maker)`` requests sent ``concurrency`` at a time; each body is made just
-    before its first send (a once job's ``at`` is relative to then). A 503 or a dropped
-    connection is retried (a POST under the Idempotency-Key ``key_prefix`` + its index), as a
-    careful client would. ``run`` may be called in another thread; ``abort`` ends it early."""
+    """``(path, body maker)`` requests, ``concurrency`` at a time; request ``i`` is sent no
+    sooner than ``i * pace`` seconds after the start, and its body is made just before its
+    first send (a once job's ``at`` is relative to then). A 503 is sent again (the API changed
+    nothing); so is a dropped connection, for an ``idempotent`` request only (a POST /jobs then
+    carries the Idempotency-Key ``key_prefix`` + its index). ``run`` may be called in another
+    thread; ``abort`` makes it send no more."""
 
     def __init__(
         self,
@@ -238,24 +257,29 @@ class ApiCalls:
         method: str,
         requests: Sequence[tuple[str, MakeBody]],
         *,
-        concurrency: int = 12,
         ok: int = 201,
+        concurrency: int = 8,
+        pace: float = 0.0,
+        idempotent: bool = True,
         key_prefix: str = "",
     ) -> None:
         self.api_url, self.method, self.requests = api_url, method, requests
-        self.concurrency, self.ok, self.key_prefix = concurrency, ok, key_prefix
+        self.ok, self.concurrency, self.pace = ok, concurrency, pace
+        self.idempotent, self.key_prefix = idempotent, key_prefix
         self.answers: list[dict[str, Any]] = [{} for _ in requests]
         self.done = 0
+        """Requests answered, in order: ``answers[:done]`` are all filled in."""
         self.retries = 0
         """Requests answered 503 or cut off, and sent again."""
         self.seconds = 0.0
         self.error: BaseException | None = None
+        self._answered = [False] * len(requests)
         self._abort = threading.Event()
 
     def run(self) -> ApiCalls:
         started = time.monotonic()
         try:
-            asyncio.run(self._run())
+            asyncio.run(self._run(started))
         except BaseException as exc:
             self.error = exc
             raise
@@ -266,7 +290,11 @@ class ApiCalls:
     def abort(self) -> None:
         self._abort.set()
 
-    async def _run(self) -> None:
+    def answered(self) -> list[dict[str, Any]]:
+        """The answers of every request answered (after an abort, not only ``answers[:done]``)."""
+        return [a for a, ok in zip(self.answers, self._answered, strict=True) if ok]
+
+    async def _run(self, started: float) -> None:
         todo = iter(enumerate(self.requests))
         limits = httpx.Limits(
             max_connections=self.concurrency, max_keepalive_connections=self.concurrency
@@ -275,22 +303,27 @@ class ApiCalls:
 
             async def drain() -> None:
                 for index, (path, make_body) in todo:
+                    await asyncio.sleep(max(0.0, started + index * self.pace - time.monotonic()))
                     if self._abort.is_set():
                         return
                     self.answers[index] = await self._send(client, index, path, make_body())
-                    self.done += 1
+                    self._answered[index] = True
+                    while self.done < len(self._answered) and self._answered[self.done]:
+                        self.done += 1
 
             await asyncio.gather(*(drain() for _ in range(self.concurrency)))
 
     async def _send(
         self, client: httpx.AsyncClient, index: int, path: str, body: dict[str, Any] | None
     ) -> dict[str, Any]:
-        post = self.method == "POST"
-        headers = {"Idempotency-Key": f"{self.key_prefix}{index}"} if post else {}
+        keyed = self.method == "POST" and self.key_prefix
+        headers = {"Idempotency-Key": f"{self.key_prefix}{index}"} if keyed else {}
         for _ in range(RETRY_LIMIT):
             try:
                 response = await client.request(self.method, path, json=body, headers=headers)
             except httpx.TransportError:
+                if not self.idempotent:
+                    raise
                 response = None
             if response is not None and response.status_code == self.ok:
                 answer: dict[str, Any] = response.json()
