@@ -7,6 +7,7 @@ coroutine (and the ``iter_*`` methods are async iterators)::
         job = onbeat.create_job("reports.send", {"to": "ops@example.com"}, cron="0 9 * * MON-FRI",
                                 timezone="Europe/Berlin")
         print(job.id, [f.at for f in job.next_fire_times])
+        jobs = onbeat.create_jobs([JobSpec("reports.send", {"to": to}) for to in recipients])
 
     async with AsyncClient("http://127.0.0.1:8000") as onbeat:
         async for job in onbeat.iter_jobs(status="active"):
@@ -45,6 +46,7 @@ from __future__ import annotations
 # Names outside __all__ below are re-exported as the single-module client had them (for type
 # hints, and the tests that list every endpoint).
 from onbeat.client.endpoints import Instant as Instant
+from onbeat.client.endpoints import JobSpec
 from onbeat.client.endpoints import _Api as _Api
 from onbeat.client.errors import (
     ApiConflictError,
@@ -102,6 +104,7 @@ __all__ = [
     "Health",
     "JobDetail",
     "JobInfo",
+    "JobSpec",
     "Page",
     "PermissionDeniedError",
     "Preview",

@@ -3,7 +3,8 @@ method's arguments into the request to send and says how to read the answer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +21,7 @@ from onbeat.client.results import (
     Preview,
     Readiness,
     TaskInfo,
+    _items_of,
     _nothing,
     _page_of,
 )
@@ -53,6 +55,54 @@ def _drop_none(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to submit with ``create_jobs``: the arguments of ``create_job`` (without the
+    idempotency key, which the batch route does not take), with the same defaults."""
+
+    task: str
+    params: Mapping[str, Any] | None = None
+    _: KW_ONLY
+    cron: str | None = None
+    at: Instant | None = None
+    timezone: str = "UTC"
+    max_attempts: int | None = None
+    backoff: float | None = None
+    backoff_max: float | None = None
+    timeout: float | None = None
+    overlap: OverlapPolicy | str | None = None
+    misfire: MisfirePolicy | str | None = None
+    catchup_window: float | None = None
+    priority: int | None = None
+    jitter: float | None = None
+
+
+def _job_body(spec: JobSpec) -> dict[str, Any]:
+    """The JSON the API takes for one new job (``POST /jobs``, each item of ``POST
+    /jobs/batch``)."""
+    schedule: dict[str, Any] = {"type": "now", "timezone": spec.timezone}
+    if spec.cron is not None:
+        schedule.update(type="cron", expression=spec.cron)
+    if spec.at is not None:  # with cron too: the server names the conflict (schedule.at)
+        schedule.update(type="cron" if spec.cron is not None else "once", at=_instant(spec.at))
+    return {
+        "task": spec.task,
+        "params": dict(spec.params or {}),
+        "schedule": schedule,
+        **_drop_none(
+            max_attempts=spec.max_attempts,
+            backoff=spec.backoff,
+            backoff_max=spec.backoff_max,
+            timeout=spec.timeout,
+            overlap=spec.overlap,
+            misfire=spec.misfire,
+            catchup_window=spec.catchup_window,
+            priority=spec.priority,
+            jitter=spec.jitter,
+        ),
+    }
+
+
 class _Api:
     """Every endpoint of the REST API, as methods shared by :class:`Client` and
     :class:`AsyncClient`. Each function below only describes its request."""
@@ -82,29 +132,38 @@ class _Api:
         ``None`` take the task's defaults (durations are seconds). With ``idempotency_key``, a
         retry of the same request returns the first job instead of creating a second. Everything
         is validated by the server first (ApiValidationError names the field)."""
-        schedule: dict[str, Any] = {"type": "now", "timezone": timezone}
-        if cron is not None:
-            schedule.update(type="cron", expression=cron)
-        if at is not None:  # with cron too: the server names the conflict (schedule.at)
-            schedule.update(type="cron" if cron is not None else "once", at=_instant(at))
-        body = {
-            "task": task,
-            "params": dict(params or {}),
-            "schedule": schedule,
-            **_drop_none(
-                max_attempts=max_attempts,
-                backoff=backoff,
-                backoff_max=backoff_max,
-                timeout=timeout,
-                overlap=overlap,
-                misfire=misfire,
-                catchup_window=catchup_window,
-                priority=priority,
-                jitter=jitter,
-            ),
-        }
+        spec = JobSpec(
+            task,
+            params,
+            cron=cron,
+            at=at,
+            timezone=timezone,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            backoff_max=backoff_max,
+            timeout=timeout,
+            overlap=overlap,
+            misfire=misfire,
+            catchup_window=catchup_window,
+            priority=priority,
+            jitter=jitter,
+        )
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
-        return _Request("POST", "/jobs", JobInfo.of, body=body, headers=headers)
+        return _Request("POST", "/jobs", JobInfo.of, body=_job_body(spec), headers=headers)
+
+    @_Endpoint
+    def create_jobs(jobs: Sequence[JobSpec]) -> _Request[list[JobInfo]]:
+        """Submit up to 1,000 jobs in one request (``POST /jobs/batch``), each as ``create_job``
+        would: the server stores all of them in one transaction, or none -- a bad one is an
+        ApiValidationError naming it by its index (``jobs.3.schedule.expression``). Returns the
+        jobs in the order given. There is no idempotency key: after a timeout, list the jobs
+        before sending the batch again."""
+        body = []
+        for index, spec in enumerate(jobs):
+            if not isinstance(spec, JobSpec):
+                raise TypeError(f"jobs[{index}] must be a JobSpec, got {spec!r}")
+            body.append(_job_body(spec))
+        return _Request("POST", "/jobs/batch", _items_of(JobInfo.of), body={"jobs": body})
 
     @_Endpoint
     def get_job(job_id: str) -> _Request[JobDetail]:

@@ -286,6 +286,15 @@ def _page_of(item: Callable[[Json], T]) -> Callable[[Json], Page[T]]:
     return parse
 
 
+def _items_of(item: Callable[[Json], T]) -> Callable[[Json], list[T]]:
+    """Reads ``{"items": [...]}`` (a batch's answer: every item, no cursor)."""
+
+    def parse(doc: Json) -> list[T]:
+        return [item(i) for i in doc["items"]]
+
+    return parse
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preview:
     """What a cron expression will do: its next fire times, DST-flagged."""
