@@ -21,12 +21,14 @@ and PostgreSQL backend CPU (utime + stime in ``/proc/<pid>/stat`` of the variant
 found by ``application_name``) per 1,000 runs, and the p50/p99 of one batch's transaction.
 Every variant runs ``--repeat`` (3) times, the order rotated each round. A table is printed and
 every figure saved to ``bench/results/store_drivers-<time>.json``. ``--profile`` instead runs the
-store's two methods under cProfile in one thread and prints where their time goes.
+store's two methods under cProfile in one thread and prints where their time goes;
+``--statements`` times each statement of the two transactions in each SQL shape.
 
     .venv/bin/pip install -e '.[bench]'          # asyncpg
     .venv/bin/python -m bench.store_drivers      # ~5 minutes
     .venv/bin/python -m bench.store_drivers --variants store,asyncpg/unnest --repeat 5
     .venv/bin/python -m bench.store_drivers --profile
+    .venv/bin/python -m bench.store_drivers --statements --stats stale
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import math
 import os
 import platform
 import pstats
+import signal
 import statistics
 import subprocess
 import sys
@@ -353,6 +356,9 @@ def profile(url: str, loaded_at: int, args: argparse.Namespace) -> None:
     claimed: list[Claimed] = []
     try:
         for phase in ("claim", "finish"):
+            if phase == "finish" and args.stats == "fresh":
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("ANALYZE executions, attempts")
             profiler = cProfile.Profile()
             started = time.perf_counter()
             profiler.enable()
@@ -377,6 +383,40 @@ def profile(url: str, loaded_at: int, args: argparse.Namespace) -> None:
     finally:
         store.close()
     check_finished(url, len(ids))
+
+
+# --- statements -----------------------------------------------------------------------------
+async def statement_times(url: str, loaded_at: int, args: argparse.Namespace) -> None:
+    """Each statement's wall time (client to server and back: mostly the server's work), per
+    SQL shape, on psycopg sync connections, one transaction at a time."""
+    seconds: dict[str, dict[str, float]] = {}
+    for shape in SHAPES:
+        ids = restore(url, loaded_at)
+        seconds[shape] = {}
+        driver = PsycopgSyncDriver(
+            with_settings(url, f"bench-{shape}", args), 1, shape, seconds[shape]
+        )
+        await driver.open()
+        try:
+            claimed = [
+                await driver.claim(ids[i : i + args.batch]) for i in range(0, len(ids), args.batch)
+            ]
+            if args.stats == "fresh":
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("ANALYZE executions, attempts")
+            for runs in claimed:
+                await driver.finish(runs)
+        finally:
+            await driver.close()
+        check_finished(url, len(ids))
+    names = sorted({name for by_name in seconds.values() for name in by_name})
+    print(f"\n{'statement (ms per 1,000 runs)':<34}" + "".join(f"{s:>10}" for s in SHAPES))
+    for name in names:
+        cells = "".join(
+            f"{seconds[s][name] / len(ids) * 1e6:>10.1f}" if name in seconds[s] else f"{'':>10}"
+            for s in SHAPES
+        )
+        print(f"{name:<34}{cells}")
 
 
 # --- main ---------------------------------------------------------------------------------------
@@ -426,6 +466,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--server", default=TEST_SERVER, help="PostgreSQL server URL")
     p.add_argument("--profile", action="store_true", help="cProfile the store's two methods")
+    p.add_argument(
+        "--statements",
+        action="store_true",
+        help="time each statement of the two transactions, per SQL shape (psycopg sync)",
+    )
     p.add_argument("--top", type=int, default=25, help="functions listed by --profile")
     args = p.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -433,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if variant != "store" and ("/" not in variant or variant.split("/")[1] not in SHAPES):
             p.error(f"unknown variant {variant!r}: 'store' or DRIVER/{'|'.join(SHAPES)}")
     RESULTS.mkdir(exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # drop the schema when killed
 
     with fresh_schema(args.server) as url:
         started = time.perf_counter()
@@ -442,6 +488,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         if args.profile:
             profile(url, loaded_at, args)
+            return
+        if args.statements:
+            asyncio.run(statement_times(url, loaded_at, args))
             return
         env = environment(args, url)
         rounds = asyncio.run(measure(url, loaded_at, args))

@@ -295,9 +295,17 @@ class StoreDriver:
 class PsycopgSyncDriver:
     """The statements on psycopg's sync connections (a pool), from threads."""
 
-    def __init__(self, url: str, concurrency: int, shape: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        concurrency: int,
+        shape: str,
+        statement_seconds: dict[str, float] | None = None,
+    ) -> None:
         self._shape = shape
         self._sql = psycopg_statements(shape)
+        self.statement_seconds = statement_seconds
+        """If given, the wall time of each statement is added to it, by statement name."""
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             url,
             min_size=concurrency,
@@ -315,14 +323,21 @@ class PsycopgSyncDriver:
                 step = next(tx)
                 while True:
                     sql = self._sql[step.name]
+                    started = time.perf_counter()
+                    rows = []
                     if step.many:
                         if step.params:
                             with conn.cursor() as cursor:
                                 cursor.executemany(sql, step.params)
-                        step = tx.send([])
                     else:
                         cursor = conn.execute(sql, step.params)
-                        step = tx.send(cursor.fetchall() if step.rows else [])
+                        rows = cursor.fetchall() if step.rows else []
+                    if self.statement_seconds is not None:
+                        elapsed = time.perf_counter() - started
+                        self.statement_seconds[step.name] = (
+                            self.statement_seconds.get(step.name, 0.0) + elapsed
+                        )
+                    step = tx.send(rows)
             except StopIteration as end:
                 return end.value
 
