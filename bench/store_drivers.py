@@ -16,18 +16,15 @@ with the same parameters, on a driver (``bench/store_drivers_tx.py``): ``psycopg
 statements of queries.sql as they are), ``arrays`` (native arrays for id lists) or ``unnest``
 (native arrays, and one statement per batch instead of executemany; ``bench/store_drivers.sql``).
 
-Per phase it reports runs/s, client CPU (``time.process_time`` of this process, every thread)
-and PostgreSQL backend CPU (utime + stime in ``/proc/<pid>/stat`` of the variant's backends,
-found by ``application_name``) per 1,000 runs, and the p50/p99 of one batch's transaction.
-Every variant runs ``--repeat`` (3) times, the order rotated each round. A table is printed and
-every figure saved to ``bench/results/store_drivers-<time>.json``. ``--profile`` instead runs the
-store's two methods under cProfile in one thread and prints where their time goes;
-``--statements`` times each statement of the two transactions in each SQL shape.
+Per phase: runs/s, client CPU (``time.process_time``, every thread) and backend CPU
+(``/proc/<pid>/stat`` of the variant's backends, by ``application_name``) per 1,000 runs, batch
+p50/p99; ``--repeat`` (3) rounds, order rotated; a table, and every figure in
+``bench/results/store_drivers-<time>.json``. ``--statements`` times each statement per SQL shape;
+``--profile`` runs the store's two methods under cProfile. Figures: bench/README.md.
 
-    .venv/bin/pip install -e '.[bench]'          # asyncpg
-    .venv/bin/python -m bench.store_drivers      # ~5 minutes
+    .venv/bin/pip install -e '.[bench]'                               # asyncpg
+    .venv/bin/python -m bench.store_drivers --random-page-cost 1.1    # ~15 min at 20,000 runs
     .venv/bin/python -m bench.store_drivers --variants store,asyncpg/unnest --repeat 5
-    .venv/bin/python -m bench.store_drivers --profile
     .venv/bin/python -m bench.store_drivers --statements --stats stale
 """
 
