@@ -25,6 +25,7 @@ from onbeat.queue.base import QueueItem
 from onbeat.queue.table import TableDelayQueue, from_micros, open_table_queue, to_micros
 from onbeat.scheduler import Scheduler
 from onbeat.testing.clock import FakeClock
+from onbeat.testing.postgres import fresh_schema
 from onbeat.worker import Worker
 from tests.queue_backends import POSTGRES_URL, fresh_queue_url
 
@@ -236,6 +237,24 @@ async def test_open__unreachable_postgres_is_one_clear_line(clock: FakeClock) ->
     assert "refused" in message
     assert "\n" not in message and "secret" not in message
     await queue.close()
+
+
+async def test_open__libpq_parameters_reach_the_server_as_written(clock: FakeClock) -> None:
+    """``options`` with two settings, space-separated (as ``onbeat.testing.postgres`` writes
+    them): the queue's table lands in the search_path's schema. Re-encoding the query once made
+    the space a "+", which libpq keeps, so the search_path named no schema."""
+    with fresh_schema() as url:
+        queue = open_queue(f"{url}&table=q", clock)
+        try:
+            await queue.enqueue([QueueItem("e1", clock.now())])
+            assert await queue.claim_due(1) == ["e1"]
+        finally:
+            await queue.close()
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT to_regclass('q') IS NOT NULL, to_regclass('public.q')"
+            ).fetchone()
+        assert row == (True, None)
 
 
 async def test_open__unopenable_sqlite_file_is_one_clear_line(

@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
@@ -348,25 +348,29 @@ def open_table_queue(url: str, clock: Clock) -> TableDelayQueue:
     ``onbeat_queue``) keeps queues apart in one database; it also names the NOTIFY channel."""
     parts = urlsplit(url)
     table = DEFAULT_TABLE
-    rest: list[tuple[str, str]] = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key == "table":
-            if not _TABLE_NAME.match(value):
+    # The other parameters go to libpq exactly as written: decoding and encoding them again
+    # would turn a space into "+", which libpq keeps as a "+" (options=-csearch_path=s -c...).
+    rest: list[str] = []
+    for parameter in filter(None, parts.query.split("&")):
+        key, _, value = parameter.partition("=")
+        if unquote(key) == "table":
+            table = unquote(value)
+            if not _TABLE_NAME.match(table):
                 raise ValidationError(
-                    "queue_url", f"table {value!r}: use lowercase letters, digits and _ (<= 48)"
+                    "queue_url", f"table {table!r}: use lowercase letters, digits and _ (<= 48)"
                 )
-            table = value
         else:
-            rest.append((key, value))
+            rest.append(parameter)
     location = _redacted(url)
     if parts.scheme in ("postgresql", "postgres"):
         from onbeat.queue.table_postgres import PostgresQueueDriver
 
-        conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        conninfo = urlunsplit(parts._replace(query="&".join(rest)))
         return TableDelayQueue(PostgresQueueDriver(conninfo, table, location), clock)
     if parts.scheme == "sqlite" and url.startswith("sqlite:///"):
         if rest:
-            raise ValidationError("queue_url", f"unknown parameters {[k for k, _ in rest]}")
+            unknown = [unquote(p.partition("=")[0]) for p in rest]
+            raise ValidationError("queue_url", f"unknown parameters {unknown}")
         from onbeat.queue.table_sqlite import SQLiteQueueDriver
 
         path = url.removeprefix("sqlite:///").split("?", 1)[0]
