@@ -15,6 +15,7 @@ import pytest
 from onbeat import App
 from onbeat.api.cursors import encode_cursor
 from onbeat.auth import Role
+from onbeat.errors import StoreUnavailableError
 from onbeat.testing import FakeClock
 from tests.api.conftest import assert_problem, bearer, make_dead_letter, snapshot
 
@@ -410,3 +411,25 @@ async def test_openapi__declares_bearer_security_and_its_errors(
                 assert list(unauthorized["content"]) == ["application/problem+json"]
                 assert unauthorized["headers"]["WWW-Authenticate"]["required"] is True
                 assert ("403" in operation["responses"]) == (method != "get"), (method, path)
+
+
+@pytest.mark.parametrize("with_key", [False, True], ids=["no-key", "bearer-key"])
+async def test_store_unreachable_while_resolving_the_caller__503_with_retry_after(
+    client: httpx.AsyncClient,
+    onbeat_app: App,
+    monkeypatch: pytest.MonkeyPatch,
+    with_key: bool,
+) -> None:
+    """The caller is resolved from the store before any route runs: a dropped connection there
+    is a 503 the client may retry, as in a route, never a 500."""
+    headers = bearer(onbeat_app.create_api_key("acme", Role.WRITER)[1]) if with_key else {}
+
+    def unreachable(*args: Any) -> Any:
+        raise StoreUnavailableError("PostgreSQL: terminating connection")
+
+    monkeypatch.setattr(onbeat_app.store, "api_key_count_active", unreachable)
+    monkeypatch.setattr(onbeat_app.store, "api_key_by_hash", unreachable)
+    response = await client.post("/jobs", json={"task": "echo"}, headers=headers)
+    doc = assert_problem(response, 503)
+    assert doc["type"] == "urn:onbeat:problem:store-unavailable"
+    assert response.headers["Retry-After"] == "5"

@@ -22,6 +22,7 @@ the OpenAPI document declares bearer security on every other operation from the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -29,9 +30,16 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from onbeat.api.problems import PROBLEM_MEDIA_TYPE, FieldError, ProblemError, problem_body
+from onbeat.api.problems import (
+    PROBLEM_MEDIA_TYPE,
+    FieldError,
+    ProblemError,
+    problem_body,
+    unavailable,
+)
 from onbeat.app import App
 from onbeat.auth import DEFAULT_TENANT, Role
+from onbeat.errors import QueueUnavailableError, StoreUnavailableError
 
 """The tenant of jobs created while no key is configured (``App.schedule``'s default)."""
 PUBLIC_PATHS = frozenset(
@@ -40,6 +48,7 @@ PUBLIC_PATHS = frozenset(
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_KEY_LENGTH = 512
 """Longer bearer tokens are refused unhashed (onbeat's keys are about 70 characters)."""
+log = logging.getLogger("onbeat.api")
 SCHEME_NAME = "bearer"
 """The security scheme's name in the OpenAPI document."""
 _SCOPE_KEY = "onbeat.caller"
@@ -140,6 +149,12 @@ class AuthMiddleware:
             authorize(caller, scope["method"])
         except ProblemError as exc:
             await _send_problem(send, exc)
+            return
+        except (StoreUnavailableError, QueueUnavailableError) as exc:
+            # Before any route, so the app's exception handlers would not see it: a 503 with
+            # Retry-After here too, not a 500 (the key lookup is a store read).
+            log.warning("%s %s: %s", scope["method"], scope["path"], exc)
+            await _send_problem(send, unavailable(exc))
             return
         scope[_SCOPE_KEY] = caller  # in place: RequestTimingMiddleware reads the route back
         await self.app(scope, receive, send)

@@ -242,11 +242,19 @@ async def _on_write_refused(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(503, "store-refuses-writes", detail, headers=headers)
 
 
-async def _on_unavailable(request: Request, exc: Exception) -> JSONResponse:
+def unavailable(exc: StoreUnavailableError | QueueUnavailableError) -> ProblemError:
+    """The 503 for a store or queue that cannot be reached, wherever the request met it (a
+    route, or the auth middleware before any route)."""
     kind = "store-unavailable" if isinstance(exc, StoreUnavailableError) else "queue-unavailable"
-    log.warning("%s %s: %s", request.method, request.url.path, exc)
     headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE)}
-    return problem_response(503, kind, f"{exc}; retry later", headers=headers)
+    return ProblemError(503, kind, f"{exc}; retry later", headers=headers)
+
+
+async def _on_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StoreUnavailableError | QueueUnavailableError)
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    problem = unavailable(exc)
+    return problem_response(503, problem.kind, problem.detail, headers=problem.headers)
 
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
