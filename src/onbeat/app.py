@@ -7,6 +7,7 @@ the store call in a thread so the event loop keeps serving).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -77,18 +78,25 @@ class App:
         self.clock = clock or SystemClock()
         self.registry = TaskRegistry()
         self._store: Store | None = None
+        self._store_lock = threading.Lock()
         self._submit_listeners: list[Callable[[], None]] = []
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            self._store = open_store(
-                self.settings.database_url,
-                self.clock,
-                self.settings.shards,
-                migrate=self.settings.migrate,
-            )
-        return self._store
+        """The store, opened at first use. Under a lock: threads that reach it first at once
+        (a server's thread pool) must share one store, not each open one and leak the others."""
+        store = self._store
+        if store is None:
+            with self._store_lock:
+                store = self._store
+                if store is None:
+                    store = self._store = open_store(
+                        self.settings.database_url,
+                        self.clock,
+                        self.settings.shards,
+                        migrate=self.settings.migrate,
+                    )
+        return store
 
     def close(self) -> None:
         if self._store is not None:

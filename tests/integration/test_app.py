@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,6 +12,7 @@ from typing import Any
 import pytest
 
 from onbeat import App, TaskContext, ValidationError
+from onbeat.store import Store, open_store
 from onbeat.testing import FakeClock
 
 
@@ -123,3 +127,31 @@ def test_task__registration_refuses_a_bad_name(tmp_path: Path, clock: FakeClock,
         app.task(name=name)(lambda ctx: None)
     assert refused.value.field == "name"
     app.close()
+
+
+def test_app__threads_first_using_the_store_at_once_share_one(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads reach ``App.store`` before it is open. An opening waits (up to 1 s) for a
+    second one to begin: without the lock both open a store, with it the second waits and
+    gets the first's."""
+    app = make_app(tmp_path / "onbeat.db", clock)
+    opened: list[Store] = []
+    both_opening = threading.Barrier(2, timeout=1)
+
+    def opening(*args: Any, **kwargs: Any) -> Store:
+        # No second opening within the timeout: the lock held it back.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_opening.wait()
+        opened.append(open_store(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr("onbeat.app.open_store", opening)
+    with ThreadPoolExecutor(2) as pool:
+        stores = list(pool.map(lambda _: app.store, range(2)))
+    try:
+        assert len(opened) == 1
+        assert stores == [opened[0], opened[0]]
+    finally:
+        for store in opened:
+            store.close()
