@@ -300,10 +300,15 @@ class App:
         tenant: str | None = None,
     ) -> AuditReport:
         """Every fire time the schedule produced in [since, until] (default: since the job was
-        created, until now), accounting for edits and pauses, against the execution records."""
+        created, or since its fire time if it is a once job submitted for a time already past;
+        until now), accounting for edits and pauses, against the execution records."""
         job = self.get_job(job_id, tenant=tenant)
         now = self.store.now()
-        since = since or job.created_at
+        if since is None:
+            since = job.created_at
+            at = job.schedule.at
+            if job.schedule.kind is ScheduleKind.ONCE and at is not None and at < since:
+                since = at  # its one fire time (it runs late) is what the audit is about
         until = min(until or now, now)
         for name, value in (("since", since), ("until", until)):
             if value.tzinfo is None:

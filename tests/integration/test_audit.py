@@ -48,6 +48,26 @@ async def test_audit__a_fire_time_without_a_record_is_reported_missing(node: Nod
     assert report.missing == [victim.scheduled_for]
 
 
+async def test_audit__a_once_job_submitted_for_a_past_time_is_audited_by_default(
+    node: Node,
+) -> None:
+    """Its one fire time precedes its creation (a client's clock, a slow request): the default
+    range still holds it, so the audit says whether it ran instead of expecting nothing."""
+    app = node.app
+    job = app.schedule("record", at=node.clock.now() - timedelta(seconds=5))
+    report = app.audit(job.id)
+    assert (report.expected, report.missing, report.records) == (1, [], {"scheduled": 1})
+    await node.step(advance=1)
+    report = app.audit(job.id)
+    assert (report.since, report.expected, report.missing) == (job.schedule.at, 1, [])
+    assert report.records == {"succeeded": 1}
+    path = app.settings.database_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as raw:  # the record lost behind onbeat's back
+        raw.execute("DELETE FROM attempts")
+        raw.execute("DELETE FROM executions")
+    assert app.audit(job.id).missing == [job.schedule.at]
+
+
 async def test_audit__rejects_inverted_or_naive_ranges(node: Node) -> None:
     job = node.app.schedule("record", cron="* * * * *")
     now = node.clock.now()

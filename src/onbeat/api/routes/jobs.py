@@ -253,7 +253,8 @@ def audit_job(
     until: Timestamp = None,
 ) -> AuditOut:
     """Reconcile every fire time the job's schedule produced in [``since``, ``until``] (default:
-    from its creation until now; ``until`` is capped at now), accounting for edits and pauses,
+    from its creation, or from the fire time of a once job submitted for a time already past,
+    until now; ``until`` is capped at now), accounting for edits and pauses,
     against its execution records. ``missing`` lists each fire time with no record: "did the
     3 a.m. run happen?" answered with proof; an empty list is the promise kept."""
     start = None if since is None else parse_instant("since", since)
