@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypedDict, TypeVar, Unpack
 
@@ -149,6 +149,20 @@ class App:
             raise TaskNotFoundError(name)
         return published[0]
 
+    def get_tasks(self, names: Iterable[str]) -> dict[str, Task | PublishedTask]:
+        """The tasks among ``names`` that :meth:`get_task` knows, by name, with one store read
+        for those this process does not register: a batch of jobs costs one read, not one per
+        job (the API without the user's code reads every task from the store)."""
+        wanted = set(names)
+        found: dict[str, Task | PublishedTask] = {
+            name: self.registry.get(name) for name in wanted if name in self.registry
+        }
+        unregistered = sorted(wanted - found.keys())
+        if unregistered:
+            published = self.store.task_catalog(self.settings.task_ttl, unregistered)
+            found.update((task.name, task) for task in published)
+        return found
+
     def list_tasks(self) -> list[Task | PublishedTask]:
         """Every task :meth:`get_task` knows, by name (this process's own first, where a worker
         published the same name)."""
@@ -181,15 +195,20 @@ class App:
         cron: str | None = None,
         at: datetime | str | None = None,
         timezone: str = "UTC",
+        *,
+        tasks: Mapping[str, Task | PublishedTask] | None = None,
         **options: Unpack[JobOptions],
     ) -> NewJob:
         """Validate a submission as :meth:`schedule` does and return the job to store, without
-        storing it (for :meth:`submit_many`); ValidationError names what is wrong."""
+        storing it (for :meth:`submit_many`); ValidationError names what is wrong. ``tasks``:
+        tasks already looked up (:meth:`get_tasks`); others are looked up here."""
         unknown = options.keys() - JobOptions.__optional_keys__
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         key = validation.idempotency_key(options.get("idempotency_key"))
-        task = self.get_task(validation.task_name(task_name))
+        name = validation.task_name(task_name)
+        known = None if tasks is None else tasks.get(name)
+        task = known if known is not None else self.get_task(name)
         max_attempts, timeout = options.get("max_attempts"), options.get("timeout")
         backoff, backoff_max = options.get("backoff"), options.get("backoff_max")
         return NewJob(

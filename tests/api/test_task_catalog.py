@@ -96,3 +96,24 @@ async def test_unreachable_store__503_with_retry_after(
     assert doc["type"] == "urn:onbeat:problem:store-unavailable"
     assert created.headers["Retry-After"] == "5"
     assert_problem(await api.get("/jobs"), 503)
+
+
+async def test_create_jobs__a_batch_reads_the_catalog_once_not_once_per_job(
+    api: httpx.AsyncClient, codeless: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[list[str] | None] = []
+    read_catalog = codeless.store.task_catalog
+
+    def counted(seen_within: float, names: Any = None) -> Any:
+        reads.append(None if names is None else list(names))
+        return read_catalog(seen_within, names)
+
+    monkeypatch.setattr(codeless.store, "task_catalog", counted)
+    jobs = [{"task": "mail.send", "params": {"n": n}} for n in range(50)]
+    response = await api.post("/jobs/batch", json={"jobs": jobs})
+    assert response.status_code == 201, response.text
+    assert {j["max_attempts"] for j in response.json()["items"]} == {7}  # the published defaults
+    assert reads == [["mail.send"]]
+    reads.clear()
+    refused = await api.post("/jobs/batch", json={"jobs": [*jobs[:2], {"task": "mail.sned"}]})
+    assert_problem(refused, 422, "jobs.2.task")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -41,7 +42,8 @@ from onbeat.app import App
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
-from onbeat.store.base import CreatedJob, NewJob
+from onbeat.store.base import CreatedJob, NewJob, PublishedTask
+from onbeat.task import Task
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -120,9 +122,10 @@ def create_jobs(body: JobBatch, onbeat: OnbeatApp, caller: CallerDep) -> JobBatc
     """Validate every job as ``POST /jobs`` does, then store them all in one transaction: all
     of them, or (any one invalid, named by its index: ``jobs[3].schedule.expression``) none."""
     news = []
+    tasks = onbeat.get_tasks(job.task for job in body.jobs)  # one store read, not one per job
     for index, job in enumerate(body.jobs):
         try:
-            news.append(_prepare(onbeat, job, caller.home_tenant, None))
+            news.append(_prepare(onbeat, job, caller.home_tenant, None, tasks))
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
     return JobBatchOut(items=[job_out(c.job) for c in onbeat.submit_many(news)])
@@ -132,7 +135,13 @@ def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | No
     return onbeat.submit_many([_prepare(onbeat, body, tenant, idempotency_key)])[0]
 
 
-def _prepare(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> NewJob:
+def _prepare(
+    onbeat: App,
+    body: JobCreate,
+    tenant: str,
+    idempotency_key: str | None,
+    tasks: Mapping[str, Task | PublishedTask] | None = None,
+) -> NewJob:
     cron, at = _schedule_args(body.schedule)
     options = body.model_dump(
         exclude_none=True, exclude={"task", "params", "schedule"}, round_trip=True
@@ -146,6 +155,7 @@ def _prepare(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | N
             timezone=body.schedule.timezone,
             tenant=tenant,
             idempotency_key=idempotency_key,
+            tasks=tasks,
             **options,
         )
 
