@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from onbeat import NotFoundError, ValidationError
+from onbeat import App, NotFoundError, ValidationError
 from onbeat.auth import Role
+from onbeat.testing import FakeClock
 from tests.integration.conftest import Node
 
 
@@ -66,6 +68,37 @@ async def test_audit__a_once_job_submitted_for_a_past_time_is_audited_by_default
         raw.execute("DELETE FROM attempts")
         raw.execute("DELETE FROM executions")
     assert app.audit(job.id).missing == [job.schedule.at]
+
+
+class TickingClock(FakeClock):
+    """Moves on by ``tick`` seconds every time it is read: the time a slow transaction takes
+    between two reads of the clock."""
+
+    def __init__(self, tick: float) -> None:
+        super().__init__()
+        self.tick = tick
+
+    def now(self) -> datetime:
+        self.advance(self.tick)
+        return super().now()
+
+
+def test_audit__cancel_after_a_stall_leaves_no_fire_time_without_a_record(
+    tmp_path: Path,
+) -> None:
+    """The dispatcher is behind (nothing dispatched for 5 s) when the job is cancelled, and the
+    cancel takes time: every fire time up to the cancel's own instant still gets its record."""
+    clock = TickingClock(tick=0.35)
+    app = App(f"sqlite:///{tmp_path / 'db'}", clock=clock)
+    app.task(name="record")(lambda ctx: None)
+    job = app.schedule("record", cron="* * * * * *")
+    clock.advance(5)
+    cancelled = app.cancel(job.id)
+    report = app.audit(job.id, until=cancelled.updated_at)
+    assert report.expected >= 5
+    assert report.missing == []
+    assert report.records == {"cancelled": report.expected}
+    app.close()
 
 
 async def test_audit__rejects_inverted_or_naive_ranges(node: Node) -> None:

@@ -449,8 +449,15 @@ class SQLStore:
             fire = schedule.next_fire_after(fire)
         return None
 
-    def _set_status(self, c: Connection, job: Job, status: JobStatus, event: JobEventKind) -> Job:
-        now_us = self._now_us()
+    def _set_status(
+        self,
+        c: Connection,
+        job: Job,
+        status: JobStatus,
+        event: JobEventKind,
+        now: datetime | None = None,
+    ) -> Job:
+        now_us = self._now_us() if now is None else to_us(now)
         c.execute(self._q["job_set_status"], {"id": job.id, "status": status.value, "now": now_us})
         self._event(c, job.id, event, now_us)
         return job_of(c.execute(self._q["job_get"], {"id": job.id}).fetchone())
@@ -513,13 +520,16 @@ class SQLStore:
     def job_cancel(self, job_id: str) -> Job:
         with self._tx() as c:
             job = job_of(self._job_for_update(c, job_id))
+            # One instant for all of it: the fire times up to the cancel event's instant (where
+            # the audit ends the job's active time) must all have their records.
+            now = self.now()
             if job.status is not JobStatus.CANCELLED:
-                self._record_fires_until(c, job, self.now())
+                self._record_fires_until(c, job, now)
             c.execute(
                 self._q["executions_cancel_pending"],
-                {"job_id": job_id, "reason": "job cancelled", "now": self._now_us()},
+                {"job_id": job_id, "reason": "job cancelled", "now": to_us(now)},
             )
-            return self._set_status(c, job, JobStatus.CANCELLED, JobEventKind.CANCELLED)
+            return self._set_status(c, job, JobStatus.CANCELLED, JobEventKind.CANCELLED, now)
 
     @retried
     def job_run_now(self, job_id: str) -> Execution:
