@@ -38,9 +38,13 @@ async def test_create_jobs__answers_each_job_in_order_and_stores_them(
 @pytest.mark.parametrize(
     ("jobs", "field"),
     [
-        ([{"task": "echo"}, {"task": "echo", "schedule": {"type": "cron"}}], "jobs.1.schedule"),
-        ([{"task": "echo"}, {"task": "nope"}], "jobs.1.task"),
-        ([{"task": "echo", "schedule": {**CRON, "expression": "61 * * * *"}}], "jobs.0"),
+        ([{"task": "echo"}, {"task": "echo", "schedule": {"type": "cron"}}], "jobs[1].schedule"),
+        ([{"task": "echo"}, {"task": "nope"}], "jobs[1].task"),
+        (
+            [{"task": "echo", "schedule": {**CRON, "expression": "61 * * * *"}}],
+            "jobs[0].schedule.expression",
+        ),
+        ([{"task": "echo"}, {"task": "echo", "priority": 101}], "jobs[1].priority"),
         ([], "jobs"),
         ([{"task": "echo"}] * 1001, "jobs"),
     ],

@@ -116,4 +116,4 @@ async def test_create_jobs__a_batch_reads_the_catalog_once_not_once_per_job(
     assert reads == [["mail.send"]]
     reads.clear()
     refused = await api.post("/jobs/batch", json={"jobs": [*jobs[:2], {"task": "mail.sned"}]})
-    assert_problem(refused, 422, "jobs.2.task")
+    assert_problem(refused, 422, "jobs[2].task")

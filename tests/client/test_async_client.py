@@ -20,6 +20,7 @@ from onbeat.client import (
     Client,
     ExecutionInfo,
     JobDetail,
+    JobSpec,
 )
 from tests.client.conftest import LiveNode, free_port
 
@@ -81,6 +82,11 @@ async def test_async_client__jobs_lifecycle(shared_live: LiveNode) -> None:
 async def test_async_client__lists_and_iterates_every_page(live: LiveNode) -> None:
     async with AsyncClient(live.url) as client:
         ids = [(await client.create_job("echo", cron="0 3 * * *")).id for _ in range(3)]
+        batch = await client.create_jobs(
+            [JobSpec("echo", {"n": n}, cron="0 3 * * *") for n in (1, 2)]
+        )
+        assert [j.params for j in batch] == [{"n": 1}, {"n": 2}]
+        ids += [j.id for j in batch]
         first = await client.list_jobs(limit=2)
         assert [j.id for j in first.items] == ids[:2] and first.next_cursor
         assert [j.id async for j in client.iter_jobs(page_size=2)] == ids

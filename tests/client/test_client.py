@@ -28,6 +28,7 @@ from onbeat.client import (
     ExecutionInfo,
     JobDetail,
     JobInfo,
+    JobSpec,
     PermissionDeniedError,
 )
 from tests.client.conftest import LiveNode, free_port, wait_for
@@ -135,6 +136,54 @@ def test_create_job__every_invalid_field_is_listed(client: Client) -> None:
         client.create_job("echo", priority=101, timeout=0)
     assert sorted(e.field for e in raised.value.errors) == ["priority", "timeout"]
     assert all(e.message for e in raised.value.errors)
+
+
+def test_create_jobs__stores_every_job_in_one_call_in_the_order_given(client: Client) -> None:
+    at = datetime(2099, 1, 1, 10, 0, tzinfo=UTC)
+    jobs = client.create_jobs(
+        [
+            JobSpec("echo", {"n": 1}, cron="30 2 * * *", timezone="Europe/Berlin", priority=3),
+            JobSpec("echo", {"n": 2}, at=at, overlap=OverlapPolicy.QUEUE),
+            JobSpec("echo", {"n": 3}),
+        ]
+    )
+    assert all(isinstance(job, JobInfo) for job in jobs)
+    assert [(job.params, job.schedule.type) for job in jobs] == [
+        ({"n": 1}, ScheduleKind.CRON),
+        ({"n": 2}, ScheduleKind.ONCE),
+        ({"n": 3}, ScheduleKind.NOW),
+    ]
+    assert (jobs[0].schedule.timezone, jobs[0].priority, jobs[0].max_attempts) == (
+        "Europe/Berlin",
+        3,
+        5,  # the task's default, as create_job gives
+    )
+    assert (jobs[1].next_fire_at, jobs[1].overlap) == (at, OverlapPolicy.QUEUE)
+    assert [client.get_job(job.id).id for job in jobs] == [job.id for job in jobs]
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (JobSpec("echo", cron="61 * * * *"), "jobs[1].schedule.expression"),
+        (JobSpec("nope"), "jobs[1].task"),
+        (JobSpec("echo", priority=101), "jobs[1].priority"),
+    ],
+)
+def test_create_jobs__one_bad_job_is_named_by_its_index_and_none_is_stored(
+    own_client: Client, bad: JobSpec, field: str
+) -> None:
+    with pytest.raises(ApiValidationError) as raised:
+        own_client.create_jobs([JobSpec("echo"), bad, JobSpec("echo", cron="0 3 * * *")])
+    assert raised.value.status == 422
+    assert [e.field for e in raised.value.errors] == [field], raised.value.problem
+    assert list(own_client.iter_jobs()) == []
+
+
+def test_create_jobs__an_empty_batch_is_a_validation_error(client: Client) -> None:
+    with pytest.raises(ApiValidationError) as raised:
+        client.create_jobs([])
+    assert raised.value.field == "jobs"
 
 
 def test_get_job__with_recent_executions_and_their_attempts(client: Client) -> None:

@@ -24,6 +24,7 @@ from onbeat.client import (
     ApiValidationError,
     AsyncClient,
     Client,
+    JobSpec,
     RateLimitError,
     ServerError,
     ServiceUnavailableError,
@@ -46,6 +47,7 @@ def problem(status: int, **extra: Any) -> dict[str, Any]:
 # Arguments that make each method send its request (the answers are not read here).
 SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "create_job": (("echo",), {}),
+    "create_jobs": (([JobSpec("echo")],), {}),
     "get_job": (("j1",), {}),
     "list_jobs": ((), {}),
     "update_job": (("j1",), {"priority": 1}),
@@ -123,6 +125,32 @@ def test_client__sends_the_key_the_body_and_the_idempotency_key() -> None:
     assert patch.url.raw_path == b"/api/v1/jobs/a%2Fb%20c"
     assert json.loads(patch.content) == {"schedule": {"timezone": "Asia/Tokyo"}}
     assert "secret" not in repr(client)
+
+
+def test_create_jobs__each_item_is_the_body_create_job_sends() -> None:
+    bodies: list[Any] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(422, json=problem(422))
+
+    at = datetime(2099, 1, 1, 12, tzinfo=UTC)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("echo",), {}),
+        (("echo", {"a": [1]}), {"at": at, "overlap": "queue", "max_attempts": 2}),
+        (("echo",), {"cron": "0 3 * * *", "timezone": "Asia/Tokyo", "jitter": 0.5}),
+    ]
+    with mock_client(answer) as client:
+        for args, kwargs in calls:
+            with pytest.raises(ApiValidationError):
+                client.create_job(*args, **kwargs)
+        with pytest.raises(ApiValidationError):
+            client.create_jobs([JobSpec(*args, **kwargs) for args, kwargs in calls])
+        with pytest.raises(TypeError, match=r"jobs\[1\] must be a JobSpec"):
+            client.create_jobs([JobSpec("echo"), {"task": "echo"}])  # type: ignore[list-item]
+    *singles, batch = bodies
+    assert batch == {"jobs": singles}
+    assert singles[1]["schedule"] == {"type": "once", "at": at.isoformat(), "timezone": "UTC"}
 
 
 @pytest.mark.parametrize(

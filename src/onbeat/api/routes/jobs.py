@@ -120,14 +120,14 @@ def create_job(
 )
 def create_jobs(body: JobBatch, onbeat: OnbeatApp, caller: CallerDep) -> JobBatchOut:
     """Validate every job as ``POST /jobs`` does, then store them all in one transaction: all
-    of them, or (any one invalid, named by its index: ``jobs.3.schedule.expression``) none."""
+    of them, or (any one invalid, named by its index: ``jobs[3].schedule.expression``) none."""
     news = []
     tasks = onbeat.get_tasks(job.task for job in body.jobs)  # one store read, not one per job
     for index, job in enumerate(body.jobs):
         try:
             news.append(_prepare(onbeat, job, caller.home_tenant, None, tasks))
         except ValidationError as exc:
-            raise ValidationError(f"jobs.{index}.{exc.field}", exc.message) from None
+            raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
     return JobBatchOut(items=[job_out(c.job) for c in onbeat.submit_many(news)])
 
 
