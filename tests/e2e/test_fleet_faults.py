@@ -96,9 +96,10 @@ RESTART_AFTER = 1.0
 CANCEL_PHASE = 0.6
 """The cron jobs are cancelled this far into a second: the runs of that second have had this
 long to start; the cancel cancels the rest, unrun, as it should."""
-ON_TIME = 2.5
+ON_TIME = 5.0
 """Largest start delay allowed for runs no fault touched (6 processes and the database on a
-2-core box); measured 0.3-0.4 s, and up to 1.7 s while other test suites ran beside it."""
+2-core box): measured 0.3-0.6 s, and up to 2.7 s while other test suites ran beside it; a
+fleet that cannot keep up falls tens of seconds behind."""
 SLACK = 3.0
 """Added to each documented recovery bound: processes starting on a busy box."""
 QUEUES = ["redis", "postgres-table"]
