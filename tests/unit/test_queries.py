@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import onbeat.store.postgres
-import onbeat.store.sql_store
 import onbeat.store.sqlite
 from onbeat.store.queries import load_queries, migrations
 
@@ -17,18 +16,26 @@ _BACKEND_MODULES = {"sqlite": onbeat.store.sqlite, "postgres": onbeat.store.post
 _STATEMENT = re.compile(r'(?:\bQ|self\._q)\["(\w+)"\]')
 
 
-def _used_in(module: object) -> set[str]:
-    return set(_STATEMENT.findall(Path(module.__file__).read_text()))  # type: ignore[attr-defined]
+_SHARED = sorted((Path(onbeat.store.sqlite.__file__).parent / "sql_store").glob("*.py"))
+"""The transactions every SQL backend shares, one module per role."""
+
+
+def _used_in(*paths: Path) -> set[str]:
+    return set().union(*(_STATEMENT.findall(path.read_text()) for path in paths))
+
+
+def _used_in_module(module: object) -> set[str]:
+    return _used_in(Path(module.__file__))  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("backend", sorted(_BACKEND_MODULES))
 def test_queries__every_statement_is_used_and_every_used_one_exists(backend: str) -> None:
-    used = _used_in(onbeat.store.sql_store) | _used_in(_BACKEND_MODULES[backend])
+    used = _used_in(*_SHARED) | _used_in_module(_BACKEND_MODULES[backend])
     assert used == set(load_queries(backend))
 
 
 def test_queries__the_shared_transactions_use_the_same_statements_everywhere() -> None:
-    shared = _used_in(onbeat.store.sql_store)
+    shared = _used_in(*_SHARED)
     for backend in _BACKEND_MODULES:
         assert shared <= set(load_queries(backend)), backend
 

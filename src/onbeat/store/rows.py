@@ -1,6 +1,6 @@
 """How the SQL backends' rows map to onbeat's records and back: times as integer microseconds (UTC),
 enums by value, a job's columns, and the small helpers of its keyset reads. Pure functions, no
-connection: ``store/sql_store.py`` holds the transactions."""
+connection: ``store/sql_store/`` holds the transactions."""
 
 from __future__ import annotations
 

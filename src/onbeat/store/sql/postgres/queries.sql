@@ -1,5 +1,5 @@
 -- PostgreSQL statements of PostgresStore, by name: the same names and parameters as
--- sql/sqlite/queries.sql (store/sql_store.py runs both). Times are bigint microseconds (UTC).
+-- sql/sqlite/queries.sql (store/sql_store/ runs both). Times are bigint microseconds (UTC).
 -- Lists of ids travel as one JSON array parameter, read with jsonb_array_elements_text().
 -- Under READ COMMITTED, the reads a decision rests on lock what they read (FOR UPDATE / FOR SHARE)
 -- and every UPDATE re-checks its conditions, so a concurrent writer waits or loses, never both win.

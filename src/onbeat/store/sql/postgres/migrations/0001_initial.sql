@@ -1,5 +1,5 @@
 -- onbeat schema v1 for PostgreSQL: the same tables and columns as the SQLite schema after its
--- migrations 0001-0005, so one set of transactions (store/sql_store.py) and one row mapping
+-- migrations 0001-0005, so one set of transactions (store/sql_store/) and one row mapping
 -- (store/rows.py) serve both. Times are BIGINT microseconds since the Unix epoch, UTC. Keys that
 -- pages are read by (ids, tenants, task names) are COLLATE "C": they sort by code point, as in
 -- SQLite and in Python, whatever the database's locale.

@@ -1,0 +1,288 @@
+"""The base of the SQL transactions: the backend's hooks, conflict retries, shared writes."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+from onbeat.errors import (
+    NotFoundError,
+)
+from onbeat.model import (
+    Attempt,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobEventKind,
+    JobStatus,
+    Trigger,
+)
+from onbeat.plan import (
+    PlannedExecution,
+    planned,
+)
+from onbeat.schedule import Schedule, ScheduleKind
+from onbeat.store.rows import (
+    attempt_of,
+    execution_of,
+    job_of,
+    to_us,
+)
+
+log = logging.getLogger("onbeat.store")
+
+
+MAX_CONFLICT_RETRIES = 5
+"""Times a transaction runs when the database aborts it for a conflict (a deadlock)."""
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_S = TypeVar("_S", bound="SQLBase")
+
+
+def retried(method: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
+    """Run a transaction again, after a short random pause, when the backend aborted it for a
+    conflict with another (``_retry_errors``): nothing of it was committed."""
+
+    @functools.wraps(method)
+    def run(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        for attempt in itertools.count(1):
+            try:
+                return method(self, *args, **kwargs)
+            except self._retry_errors:
+                if attempt == MAX_CONFLICT_RETRIES:
+                    raise
+                log.info(
+                    "%s conflicted with another transaction; running it again", method.__name__
+                )
+                time.sleep(random.uniform(0, 0.005 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    return run
+
+
+class _KeyTaken(Exception):
+    """A concurrent submission under the same idempotency key committed first."""
+
+
+IDEMPOTENCY_RETENTION = timedelta(days=1)
+Row = Any
+"""A result row, read by column name (``row["id"]``) or position (``row[0]``)."""
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Row: ...
+
+    def fetchall(self) -> list[Row]: ...
+
+    def __iter__(self) -> Iterator[Row]: ...
+
+
+class Connection(Protocol):
+    """What the transactions need of a backend's connection (sqlite3's interface)."""
+
+    def execute(self, sql: str, parameters: Mapping[str, Any] = ..., /) -> Cursor: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Mapping[str, Any]], /) -> object: ...
+
+
+class SQLBase:
+    """What every role's transactions rest on: the backend's hooks and the writes that several
+    roles share (planning a job's next run, inserting and ending runs, reading them back)."""
+
+    shard_count: int
+    _q: Mapping[str, str]
+    _retry_errors: tuple[type[Exception], ...] = ()
+    """Errors by which the backend aborts a transaction for a conflict; it is run again."""
+
+    # --- what a backend provides ------------------------------------------------------------
+    def _tx(self) -> AbstractContextManager[Connection]:
+        """A write transaction, committed when the block ends, rolled back if it raises."""
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        """A connection for reads that need no transaction of their own."""
+        raise NotImplementedError
+
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def _now_us(self) -> int:
+        return to_us(self.now())
+
+    def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
+        """Lock the jobs of these runs until commit, so decisions about one job's runs (a claim's
+        overlap check, an outcome that wakes the runs waiting for it) are taken one at a time.
+        Every transaction locks jobs before runs. A backend that serialises writers has nothing
+        to do."""
+
+    def _lock_shard_map(self, c: Connection) -> None:
+        """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
+        from them, one at a time across processes."""
+
+    # --- shared by the roles -------------------------------------------------------------
+    def _job_for_update(self, c: Connection, job_id: str) -> Row:
+        row: Row | None = c.execute(self._q["job_get_for_update"], {"id": job_id}).fetchone()
+        if row is None:
+            raise NotFoundError(f"job {job_id!r} not found")
+        return row
+
+    def _replan(
+        self,
+        c: Connection,
+        job_id: str,
+        shard: int,
+        schedule: Schedule,
+        jitter: float,
+        priority: int,
+        fire: datetime | None,
+    ) -> None:
+        """``_plan_head`` from ``fire`` on, and record the result as the job's next fire time."""
+        head = self._plan_head(c, job_id, shard, schedule, jitter, priority, fire)
+        c.execute(
+            self._q["job_set_next_fire"],
+            {"id": job_id, "next_fire_at": to_us(head) if head else None, "now": self._now_us()},
+        )
+
+    def _plan_head(
+        self,
+        c: Connection,
+        job_id: str,
+        shard: int,
+        schedule: Schedule,
+        jitter: float,
+        priority: int,
+        fire: datetime | None,
+    ) -> datetime | None:
+        """Make the first fire time from ``fire`` on that has no started or finished run the job's
+        next planned run (status scheduled), and return it. A fire time that already has a queued,
+        running or final run is taken care of, so the chain goes on after it; inserting blindly
+        (ON CONFLICT DO NOTHING) would leave the job with no planned run, silent for good."""
+        while fire is not None:
+            row = c.execute(
+                self._q["execution_schedule_run_at"],
+                {"job_id": job_id, "scheduled_for": to_us(fire)},
+            ).fetchone()
+            if row is None:
+                run = planned(fire, jitter if schedule.kind is ScheduleKind.CRON else 0.0)
+                self._insert_executions(c, job_id, shard, priority, [run])
+                return fire
+            if row["status"] == ExecutionStatus.SCHEDULED.value:
+                return fire
+            fire = schedule.next_fire_after(fire)
+        return None
+
+    def _set_status(
+        self,
+        c: Connection,
+        job: Job,
+        status: JobStatus,
+        event: JobEventKind,
+        now: datetime | None = None,
+    ) -> Job:
+        now_us = self._now_us() if now is None else to_us(now)
+        c.execute(self._q["job_set_status"], {"id": job.id, "status": status.value, "now": now_us})
+        self._event(c, job.id, event, now_us)
+        return job_of(c.execute(self._q["job_get"], {"id": job.id}).fetchone())
+
+    def _event(self, c: Connection, job_id: str, kind: JobEventKind, at_us: int) -> None:
+        """Record a change of the job's firing, at the same instant as the change it records (the
+        audit computes a now-job's fire time from it)."""
+        c.execute(self._q["job_event_insert"], {"id": job_id, "kind": kind.value, "now": at_us})
+
+    def _insert_executions(
+        self,
+        c: Connection,
+        job_id: str,
+        shard: int,
+        priority: int,
+        runs: Sequence[PlannedExecution],
+    ) -> set[str]:
+        return self._insert_planned(c, [(job_id, shard, priority, run) for run in runs])
+
+    def _insert_planned(
+        self, c: Connection, planned_runs: Sequence[tuple[str, int, int, PlannedExecution]]
+    ) -> set[str]:
+        """Insert (job_id, shard, priority, run) rows, ignoring runs that exist already (same job,
+        fire time and trigger); returns the ids actually inserted."""
+        if not planned_runs:
+            return set()
+        now = self._now_us()
+        c.executemany(
+            self._q["execution_insert"],
+            [
+                {
+                    "id": run.id,
+                    "job_id": job_id,
+                    "shard": shard,
+                    "trigger": run.trigger.value,
+                    "scheduled_for": to_us(run.scheduled_for),
+                    "due_at": to_us(run.due_at),
+                    "status": run.status.value,
+                    "priority": priority,
+                    "reason": run.reason,
+                    "catchup": run.catchup,
+                    "now": now,
+                }
+                for job_id, shard, priority, run in planned_runs
+            ],
+        )
+        ids = json.dumps([run.id for *_, run in planned_runs])
+        return {r[0] for r in c.execute(self._q["executions_existing"], {"ids": ids})}
+
+    def _end_pending(
+        self,
+        c: Connection,
+        rows: Sequence[Row],
+        status: ExecutionStatus,
+        reason: str | Sequence[str],
+    ) -> None:
+        """Skip or cancel pending runs (rows with id, job_id, trigger), each with its reason; a
+        one-shot job whose scheduled run ends this way is completed."""
+        now = self._now_us()
+        reasons = [reason] * len(rows) if isinstance(reason, str) else reason
+        c.executemany(
+            self._q["execution_end_pending"],
+            [
+                {"id": r["id"], "status": status.value, "reason": why, "now": now}
+                for r, why in zip(rows, reasons, strict=True)
+            ],
+        )
+        self._complete_one_shots(c, rows)
+
+    def _complete_one_shots(self, c: Connection, rows: Sequence[Row]) -> None:
+        ids = sorted({r["job_id"] for r in rows if r["trigger"] == Trigger.SCHEDULE.value})
+        if ids:
+            c.execute(
+                self._q["job_complete_one_shot"], {"ids": json.dumps(ids), "now": self._now_us()}
+            )
+
+    def _execution(self, c: Connection, execution_id: str) -> Execution:
+        row = c.execute(self._q["execution_get"], {"id": execution_id}).fetchone()
+        if row is None:
+            raise NotFoundError(f"execution {execution_id!r} not found")
+        return self._with_attempts(c, [row])[0]
+
+    def _with_attempts(self, c: Connection, rows: Sequence[Row]) -> list[Execution]:
+        by_id: dict[str, list[Attempt]] = {r["id"]: [] for r in rows}
+        for a in c.execute(self._q["attempts_of"], {"ids": json.dumps(list(by_id))}):
+            by_id[a["execution_id"]].append(attempt_of(a))
+        return [execution_of(r, tuple(by_id[r["id"]])) for r in rows]
+
+    def _wake_waiting(self, c: Connection, job_ids: Sequence[str], now_us: int) -> None:
+        """A run of these jobs ended: their runs waiting for a predecessor are due now."""
+        if job_ids:
+            c.execute(
+                self._q["executions_wake_waiting"],
+                {"job_ids": json.dumps(sorted(set(job_ids))), "now": now_us},
+            )

@@ -1,0 +1,306 @@
+"""The worker's transactions: claim, heartbeat, finish and release runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+from onbeat.model import (
+    AttemptOutcome,
+    ExecutionStatus,
+    JobStatus,
+    RetryPolicy,
+)
+from onbeat.plan import (
+    BACKLOG_LATENESS,
+    WAITING,
+    RunningRun,
+    plan_claim,
+    plan_finish,
+)
+from onbeat.queue.base import QueueItem
+from onbeat.schedule import ScheduleKind
+from onbeat.store.base import (
+    ClaimedRun,
+    ClaimResult,
+    Completion,
+)
+from onbeat.store.rows import (
+    claim_candidate,
+    execution_of,
+    from_us,
+    to_us,
+)
+from onbeat.store.sql_store.base import Connection, Row, SQLBase, retried
+
+
+class RunTransactions(SQLBase):
+    """The worker's transactions: claim, heartbeat, finish and release runs."""
+
+    @retried
+    def execution_claim(
+        self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
+    ) -> ClaimResult:
+        """Decide each run with ``plan_claim`` (pause, due, misfire, overlap), then write the
+        decisions in batches."""
+        now = self.now()
+        now_us = to_us(now)
+        with self._tx() as c:
+            self._lock_jobs_of_runs(c, execution_ids)
+            rows = {
+                r["id"]: r
+                for r in c.execute(
+                    self._q["execution_claim_candidates"], {"ids": json.dumps(list(execution_ids))}
+                )
+                if r["status"] == ExecutionStatus.QUEUED.value
+            }
+            job_ids = json.dumps(sorted({r["job_id"] for r in rows.values()}))
+            running: dict[str, list[RunningRun]] = {}
+            for r in c.execute(self._q["execution_running_of_jobs"], {"job_ids": job_ids}):
+                running.setdefault(r["job_id"], []).append(
+                    RunningRun(r["id"], from_us(r["started_at"]))
+                )
+            grace_line = to_us(now - timedelta(seconds=misfire_grace))
+            late_jobs = sorted(
+                {r["job_id"] for r in rows.values() if (r["queued_at"] or 0) < grace_line}
+            )
+            newest_missed = {
+                r["job_id"]: from_us(r["newest"])
+                for r in (
+                    c.execute(
+                        self._q["execution_newest_missed_of_jobs"],
+                        {"job_ids": json.dumps(late_jobs), "grace_line": grace_line},
+                    )
+                    if late_jobs
+                    else ()
+                )
+            }
+            behind = to_us(now - timedelta(seconds=BACKLOG_LATENESS))
+            late = sorted(  # only a cron job can have a backlog of fire times
+                {
+                    r["job_id"]
+                    for r in rows.values()
+                    if r["due_at"] < behind and r["schedule_kind"] == ScheduleKind.CRON.value
+                }
+            )
+            earlier_pending = {
+                r["job_id"]: (from_us(r["scheduled_for"]), r["id"])
+                for r in (
+                    c.execute(
+                        self._q["execution_earliest_due_of_jobs"],
+                        {"job_ids": json.dumps(late), "now": now_us},
+                    )
+                    if late
+                    else ()
+                )
+            }
+            plan = plan_claim(
+                [claim_candidate(r) for r in rows.values()],
+                running,
+                newest_missed,
+                now,
+                misfire_grace,
+                earlier_pending,
+            )
+            for status in (ExecutionStatus.CANCELLED, ExecutionStatus.SKIPPED):
+                group = [(rows[run.id], why) for run, st, why in plan.end if st is status]
+                if group:
+                    self._end_pending(c, [r for r, _ in group], status, [w for _, w in group])
+            if plan.defer:
+                c.executemany(
+                    self._q["execution_defer"],
+                    [
+                        {"id": run.id, "due_at": to_us(due), "reason": why}
+                        for run, due, why in plan.defer
+                    ],
+                )
+            self._replace(c, plan.replaced, now_us)
+            if plan.catchup:
+                c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})
+            to_start = [rows[run.id] for run in plan.start]
+            not_due = [
+                QueueItem(run.id, run.due_at, run.priority, run.shard) for run in plan.not_due
+            ]
+            replaced = plan.replaced
+            started = c.execute(
+                self._q["execution_start_many"],
+                {
+                    "ids": json.dumps([r["id"] for r in to_start]),
+                    "owner": owner,
+                    "lease_expires_at": now_us + int(lease_ttl * 1_000_000),
+                    "now": now_us,
+                },
+            ).fetchall()
+            c.executemany(
+                self._q["attempt_insert"],
+                [
+                    {
+                        "id": row["id"],
+                        "attempt": row["attempt"],
+                        "owner": owner,
+                        "fencing_token": row["fencing_token"],
+                        "now": now_us,
+                    }
+                    for row in started
+                ],
+            )
+        job_of = {r["id"]: r for r in to_start}
+        runs = []
+        for row in started:
+            r = job_of[row["id"]]
+            runs.append(
+                ClaimedRun(
+                    execution=execution_of(row, ()),
+                    task=r["task"],
+                    params=json.loads(r["params"]),
+                    timeout=r["timeout"],
+                    retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+                    replaced=tuple(replaced.get(row["id"], ())),
+                )
+            )
+        waiting = frozenset(run.job_id for run, _, why in plan.defer if why.startswith(WAITING))
+        return ClaimResult(runs, not_due, waiting)
+
+    def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> None:
+        """overlap=replace: cancel the running predecessors, fencing their tokens."""
+        for newer, victims in replaced.items():
+            why = f"replaced by execution {newer}"
+            for victim in victims:
+                gone = c.execute(
+                    self._q["execution_replace"], {"id": victim, "reason": why, "now": now_us}
+                ).fetchone()
+                if gone:
+                    c.execute(
+                        self._q["attempt_finish"],
+                        {
+                            "id": victim,
+                            "fencing_token": gone["fencing_token"],
+                            "outcome": AttemptOutcome.CANCELLED.value,
+                            "error": why,
+                            "now": now_us,
+                        },
+                    )
+
+    @retried
+    def execution_heartbeat(
+        self, owner: str, held: Mapping[str, int], lease_ttl: float
+    ) -> dict[str, int]:
+        lease_until = self._now_us() + int(lease_ttl * 1_000_000)
+        with self._tx() as c:
+            rows = c.execute(
+                self._q["execution_heartbeat"],
+                {"owner": owner, "held": json.dumps(dict(held)), "lease_expires_at": lease_until},
+            )
+            return {r["id"]: r["fencing_token"] for r in rows}
+
+    @retried
+    def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:
+        now_us = self._now_us()
+        with self._tx() as c:
+            self._lock_jobs_of_runs(c, [x.execution_id for x in completions])
+            current = {
+                r["id"]: r
+                for r in c.execute(
+                    self._q["execution_current_tokens"],
+                    {"ids": json.dumps([x.execution_id for x in completions])},
+                )
+            }
+            outcomes = []
+            for done in completions:
+                # pop: a second completion of the same run in one batch finds nothing to finish
+                r = current.pop(done.execution_id, None)
+                if (
+                    r is None
+                    or r["status"] != "running"
+                    or r["fencing_token"] != done.fencing_token
+                ):
+                    continue
+                if done.succeeded:
+                    outcome = AttemptOutcome.SUCCEEDED
+                elif done.timed_out:
+                    outcome = AttemptOutcome.TIMED_OUT
+                else:
+                    outcome = AttemptOutcome.FAILED
+                outcomes.append((r, done, outcome))
+            self._finish(c, outcomes, now_us)
+        return [done.execution_id for _, done, _ in outcomes]
+
+    def _finish(
+        self,
+        c: Connection,
+        outcomes: Sequence[tuple[Row, Completion, AttemptOutcome]],
+        now_us: int,
+    ) -> None:
+        """Move running executions (tokens already checked) to their next state and log each
+        attempt, in three batched statements."""
+        finishes, attempts, dead, final = [], [], [], []
+        for r, done, outcome in outcomes:
+            end = plan_finish(
+                succeeded=done.succeeded,
+                released=outcome is AttemptOutcome.RELEASED,
+                job_cancelled=r["job_status"] == JobStatus.CANCELLED.value,
+                attempt=r["attempt"],
+                retry_in=done.retry_in,
+            )
+            status = end.status
+            finishes.append(
+                {
+                    "id": r["id"],
+                    "fencing_token": done.fencing_token,
+                    "status": status.value,
+                    "due_at": None if end.due_in is None else now_us + int(end.due_in * 1_000_000),
+                    "result": json.dumps(done.result) if done.succeeded else None,
+                    "error": done.error,
+                    "reason": end.reason,
+                    "uncount_attempt": int(end.uncount),
+                    "now": now_us,
+                }
+            )
+            attempts.append(
+                {
+                    "id": r["id"],
+                    "fencing_token": done.fencing_token,
+                    "outcome": outcome.value,
+                    "error": done.error,
+                    "now": now_us,
+                }
+            )
+            if status is ExecutionStatus.FAILED:
+                dead.append(
+                    {
+                        "id": r["id"],
+                        "job_id": r["job_id"],
+                        "tenant": r["tenant"],
+                        "attempts": r["attempt"],
+                        "error": done.error,
+                        "now": now_us,
+                    }
+                )
+            if status.is_final:
+                final.append(r)
+        c.executemany(self._q["execution_finish"], finishes)
+        c.executemany(self._q["attempt_finish"], attempts)
+        c.executemany(self._q["dead_letter_insert"], dead)
+        self._complete_one_shots(c, final)
+        self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
+
+    @retried
+    def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
+        now_us = self._now_us()
+        with self._tx() as c:
+            self._lock_jobs_of_runs(c, list(held))
+            rows = c.execute(self._q["execution_current_tokens"], {"ids": json.dumps(list(held))})
+            outcomes = [
+                (
+                    r,
+                    Completion(r["id"], r["fencing_token"], False, error="released"),
+                    AttemptOutcome.RELEASED,
+                )
+                for r in rows
+                if r["status"] == "running"
+                and r["lease_owner"] == owner
+                and r["fencing_token"] == held[r["id"]]
+            ]
+            self._finish(c, outcomes, now_us)
+        return len(outcomes)

@@ -1,0 +1,304 @@
+"""The scheduler's transactions: shard leases, dispatch, repair, sweep and reap."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from onbeat.model import (
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    JobStatus,
+    MisfirePolicy,
+    RetryPolicy,
+    Trigger,
+)
+from onbeat.plan import (
+    PlannedExecution,
+    plan_dispatch,
+    plan_reap,
+)
+from onbeat.queue.base import QueueItem
+from onbeat.store.base import (
+    DispatchParams,
+    ShardLeases,
+    SweepCursor,
+    SweepPage,
+)
+from onbeat.store.rows import (
+    MAX_US,
+    from_us,
+    opt_dt,
+    schedule_of,
+    to_us,
+)
+from onbeat.store.sql_store.base import Connection, Row, SQLBase, retried
+
+
+class SchedulingTransactions(SQLBase):
+    """The scheduler's transactions: shard leases, dispatch, repair, sweep and reap."""
+
+    @retried
+    def shard_acquire(self, owner: str, lease_ttl: float) -> ShardLeases:
+        now = self._now_us()
+        ttl_us = int(lease_ttl * 1_000_000)
+        args = {"owner": owner, "now": now, "lease_expires_at": now + ttl_us}
+        with self._tx() as c:
+            self._lock_shard_map(c)
+            c.execute(self._q["scheduler_register"], args)
+            c.execute(self._q["scheduler_forget_dead"], {"dead_before": now - ttl_us})
+            # As even as possible: the first (shards % live) owners, by name, hold one shard more.
+            live = [r[0] for r in c.execute(self._q["scheduler_live"])]
+            base, extra = divmod(self.shard_count, len(live))
+            fair_share = base + (1 if live.index(owner) < extra else 0)
+            held = {r["shard"]: r["epoch"] for r in c.execute(self._q["shard_renew"], args)}
+            acquired: set[int] = set()
+            if len(held) > fair_share:
+                excess = sorted(held)[fair_share:]
+                c.execute(self._q["shard_give_up"], {"owner": owner, "shards": json.dumps(excess)})
+                for shard in excess:
+                    del held[shard]
+            elif len(held) < fair_share:
+                for r in c.execute(
+                    self._q["shard_take"], {**args, "wanted": fair_share - len(held)}
+                ):
+                    held[r["shard"]] = r["epoch"]
+                    acquired.add(r["shard"])
+        return ShardLeases(owner, held, frozenset(acquired))
+
+    @retried
+    def shard_release(self, owner: str) -> None:
+        with self._tx() as c:
+            c.execute(self._q["shard_release"], {"owner": owner})
+            c.execute(self._q["scheduler_unregister"], {"owner": owner})
+
+    def _fenced_shards(self, c: Connection, leases: ShardLeases) -> list[int]:
+        """The shards whose lease this owner still holds at the epoch it believes: a scheduler
+        that stalled past its lease finds its shards gone and writes nothing to them."""
+        current = c.execute(self._q["shard_held"], {"owner": leases.owner, "now": self._now_us()})
+        return [r["shard"] for r in current if leases.epochs.get(r["shard"]) == r["epoch"]]
+
+    @retried
+    def execution_dispatch(self, params: DispatchParams) -> list[QueueItem]:
+        now = self.now()
+        now_us = to_us(now)
+        out: list[QueueItem] = []
+        with self._tx() as c:
+            shards = self._fenced_shards(c, params.leases)
+            if not shards:
+                return []
+            rows = c.execute(
+                self._q["execution_dispatch_candidates"],
+                {
+                    "shards": json.dumps(shards),
+                    "horizon": to_us(now + timedelta(seconds=params.window)),
+                    "limit": params.limit,
+                },
+            ).fetchall()
+            to_queue: list[str] = []
+            catchups: list[str] = []
+            to_skip: list[tuple[Row, str]] = []
+            new_runs: list[tuple[str, int, int, PlannedExecution]] = []
+            next_fires: dict[str, tuple[Row, PlannedExecution]] = {}
+            for r in rows:
+                first_dispatch = r["attempt"] == 0 and r["trigger"] == Trigger.SCHEDULE.value
+                plan = plan_dispatch(
+                    schedule=schedule_of(r),
+                    misfire=MisfirePolicy(r["misfire"]),
+                    catchup_window=r["catchup_window"],
+                    jitter=r["jitter"],
+                    scheduled_for=from_us(r["scheduled_for"]),
+                    due_at=from_us(r["due_at"]),
+                    first_dispatch=first_dispatch,
+                    materialize_next=first_dispatch and r["scheduled_for"] == r["next_fire_at"],
+                    now=now,
+                    window=params.window,
+                    misfire_grace=params.misfire_grace,
+                    next_recorded=opt_dt(r["next_recorded"]),
+                )
+                if plan.current.run:
+                    to_queue.append(r["id"])
+                    if plan.current.catchup:
+                        catchups.append(r["id"])
+                    out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"]))
+                else:
+                    to_skip.append((r, plan.current.reason or "skipped"))
+                new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in plan.also)
+                if plan.next_fire is not None:
+                    next_fires[r["job_id"]] = (r, plan.next_fire)
+            c.execute(
+                self._q["execution_mark_queued"], {"ids": json.dumps(to_queue), "now": now_us}
+            )
+            if catchups:
+                c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(catchups)})
+            if to_skip:
+                self._end_pending(
+                    c, [r for r, _ in to_skip], ExecutionStatus.SKIPPED, [w for _, w in to_skip]
+                )
+            heads = [
+                (r["job_id"], r["shard"], r["priority"], run) for r, run in next_fires.values()
+            ]
+            inserted = self._insert_planned(c, [*new_runs, *heads])
+            out.extend(
+                QueueItem(run.id, run.due_at, priority, shard)
+                for _, shard, priority, run in new_runs
+                if run.status is ExecutionStatus.QUEUED and run.id in inserted
+            )
+            head_updates = []
+            for r, run in next_fires.values():
+                head: datetime | None = run.scheduled_for
+                if run.id not in inserted:  # the fire time has a run already: plan past it
+                    head = self._plan_head(
+                        c, r["job_id"], r["shard"], schedule_of(r), r["jitter"], r["priority"], head
+                    )
+                head_updates.append(
+                    {
+                        "id": r["job_id"],
+                        "next_fire_at": to_us(head) if head else None,
+                        "now": now_us,
+                    }
+                )
+            c.executemany(self._q["job_set_next_fire"], head_updates)
+        return out
+
+    @retried
+    def job_repair_next_runs(
+        self, leases: ShardLeases, after_id: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        now = self.now()
+        repaired = []
+        with self._tx() as c:
+            shards = self._fenced_shards(c, leases)
+            rows = c.execute(
+                self._q["jobs_without_next_run"],
+                {"shards": json.dumps(shards), "after_id": after_id, "limit": limit},
+            ).fetchall()
+            for r in rows:
+                if r["has_next_run"]:
+                    continue
+                schedule = schedule_of(r)
+                start = opt_dt(r["next_fire_at"])
+                if start is None:
+                    latest = opt_dt(r["latest_fire"])
+                    start = schedule.next_fire_after(max(latest, now) if latest else now)
+                self._replan(c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], start)
+                repaired.append(r["id"])
+        return repaired, (rows[-1]["id"] if len(rows) == limit else None)
+
+    def execution_sweep(
+        self,
+        leases: ShardLeases,
+        shards: Sequence[int],
+        overdue_by: float | None,
+        limit: int,
+        after: SweepCursor | None = None,
+    ) -> SweepPage:
+        """One range read per shard on executions_dispatch, from the cursor's (due_at, id) on, so
+        a page costs its own rows, not the backlog's."""
+        now = self.now()
+        before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else MAX_US
+        start = after.shard if after is not None else -1
+        owned = sorted({s for s in shards if s in leases.epochs and s >= start})
+        items: list[QueueItem] = []
+        last: Row | None = None
+        with self._read() as c:
+            for shard in owned:
+                if len(items) >= limit:
+                    break
+                after_due_at, after_id = -MAX_US, ""  # from the shard's first run
+                if after is not None and shard == after.shard:
+                    after_due_at, after_id = to_us(after.due_at), after.execution_id
+                rows = c.execute(
+                    self._q["execution_sweep"],
+                    {
+                        "shard": shard,
+                        "before": before,
+                        "after_due_at": after_due_at,
+                        "after_id": after_id,
+                        "limit": limit - len(items),
+                    },
+                ).fetchall()
+                items.extend(
+                    QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"])
+                    for r in rows
+                )
+                last = rows[-1] if rows else last
+        if last is None or len(items) < limit:
+            return SweepPage(items, None)
+        return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
+
+    @retried
+    def execution_reap(self, limit: int) -> list[Execution]:
+        """Read the expired leases without a write transaction (most passes find none, and every
+        scheduler of every process reaps every second), decide each run in Python, then apply the
+        decisions with one conditional UPDATE and log the lost attempts (and dead letters) of
+        exactly the runs it changed."""
+        now_us = self._now_us()
+        with self._read() as c:
+            expired = {
+                r["id"]: r
+                for r in c.execute(
+                    self._q["execution_expired_leases"], {"now": now_us, "limit": limit}
+                )
+            }
+        if not expired:
+            return []
+        decisions = [_reap_decision(r, now_us) for r in expired.values()]
+        with self._tx() as c:
+            self._lock_jobs_of_runs(c, list(expired))
+            reaped = c.execute(
+                self._q["execution_reap"], {"decisions": json.dumps(decisions), "now": now_us}
+            ).fetchall()
+            c.executemany(
+                self._q["attempt_finish"],
+                [
+                    {
+                        "id": r["id"],
+                        "fencing_token": r["fencing_token"],
+                        "outcome": AttemptOutcome.LOST.value,
+                        "error": r["last_error"],
+                        "now": now_us,
+                    }
+                    for r in reaped
+                ],
+            )
+            failed = [r for r in reaped if r["status"] == ExecutionStatus.FAILED.value]
+            c.executemany(
+                self._q["dead_letter_insert"],
+                [
+                    {
+                        "id": r["id"],
+                        "job_id": r["job_id"],
+                        "tenant": expired[r["id"]]["tenant"],
+                        "attempts": r["attempt"],
+                        "error": r["last_error"],
+                        "now": now_us,
+                    }
+                    for r in failed
+                ],
+            )
+            self._complete_one_shots(
+                c, [r for r in reaped if r["status"] != ExecutionStatus.QUEUED.value]
+            )
+            self._wake_waiting(c, [r["job_id"] for r in reaped], now_us)
+            return self._with_attempts(c, reaped)
+
+
+def _reap_decision(r: Row, now_us: int) -> dict[str, Any]:
+    """``plan_reap``'s verdict on an expired lease, as the reap statement takes it."""
+    end = plan_reap(
+        job_cancelled=r["job_status"] == JobStatus.CANCELLED.value,
+        attempt=r["attempt"],
+        retry=RetryPolicy(r["max_attempts"], r["backoff_base"], r["backoff_cap"]),
+    )
+    return {
+        "id": r["id"],
+        "fencing_token": r["fencing_token"],
+        "status": end.status.value,
+        "due_at": None if end.due_in is None else now_us + int(end.due_in * 1_000_000),
+        "error": f"worker lost: lease expired during attempt {r['attempt']}",
+        "reason": end.reason,
+    }
