@@ -4,7 +4,7 @@ Each :class:`Metrics` owns its own registry, not the library's global one, so tw
 process (or two tests) never share counts. Labels are bounded: task names, final statuses, route
 templates and methods; never a job, execution or key id.
 
-Not counted yet: skipped fire times by reason (the store decides skips inside dispatch and claim
+Not counted yet (the alert outbox has them, per job): skipped fire times by reason (the store decides skips inside dispatch and claim
 and does not return them; it needs a store change) and queue depth per priority. Worker-only
 processes (issue 7) are to expose theirs on a port of their own.
 """
@@ -84,6 +84,13 @@ class Metrics:
         self.loop_stalls = Counter(
             "onbeat_event_loop_stalls",
             "Times the event loop did not answer the watchdog in time.",
+            registry=r,
+        )
+        self.alerts = Counter(
+            "onbeat_alerts",
+            "Webhook alerts by kind (dead_letter, skipped) and outcome (delivered, retried, "
+            "given_up, ignored: a kind not configured to be sent).",
+            ["kind", "outcome"],
             registry=r,
         )
         self.api_request_duration = Histogram(

@@ -16,6 +16,8 @@ because the node is busy.
   does not hold; shards just taken over get every queued run checked, page by page.
 - reconcile: every active cron job of the held shards must have its next run planned; any
   without one is repaired, logged and counted, whatever the cause; every ``reconcile_interval``.
+- alerts: with a webhook configured, deliver the alert outbox (``onbeat.alerts``), every
+  ``alert_interval``; safe for any number of schedulers at once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from onbeat.alerts import AlertSender
 from onbeat.clock import Clock
 from onbeat.metrics import Metrics
 from onbeat.model import ExecutionStatus
@@ -255,12 +258,20 @@ class Scheduler:
             asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
             asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
         ]
+        alerts = None
+        if s.alert_webhook_url is not None:
+            alerts = AlertSender(self.store, s, self.clock, self.metrics)
+            loops.append(
+                asyncio.create_task(self._every(s.alert_interval, alerts.deliver_due, stop))
+            )
         try:
             await asyncio.gather(*loops)
         finally:
             for loop in loops:
                 loop.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            if alerts is not None:
+                await alerts.close()
             await asyncio.to_thread(self.store.shard_release, self.owner)
             self.metrics.shards_held.set(0)
 

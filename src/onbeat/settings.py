@@ -14,7 +14,7 @@ import typing
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SHARDS = 1024
@@ -195,6 +195,40 @@ class Settings(BaseSettings):
         description="Seconds between checks that every cron job has its next run.",
     )
 
+    # --- alerts ----------------------------------------------------------------------------
+    alert_webhook_url: str | None = Field(
+        default=None,
+        description="URL that schedulers POST alerts to (a dead letter; with `alert_skipped`, "
+        "skipped fire times too), as signed JSON: see docs/alerts.md. None: no alerts are sent.",
+    )
+    alert_webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="Shared secret that signs every alert (HMAC-SHA256, header "
+        "`Onbeat-Signature`); required with `alert_webhook_url`. Never logged.",
+    )
+    alert_skipped: bool = Field(
+        default=False,
+        description="Also alert on skipped fire times (misfire and overlap skips, one alert per "
+        "job and batch).",
+    )
+    alert_max_attempts: int = Field(
+        default=15,
+        ge=1,
+        description="Deliveries tried per alert, with exponential backoff (5 s doubling, at most "
+        "1 h apart; about 9 h in all) before it is given up and logged as an error.",
+    )
+    alert_interval: float = Field(
+        default=1.0, gt=0, description="Seconds between a scheduler's looks for alerts to send."
+    )
+
+    @model_validator(mode="after")
+    def _alert_secret(self) -> Settings:
+        if self.alert_webhook_url is not None and self.alert_webhook_secret is None:
+            raise ValueError(
+                "alert_webhook_url is set but alert_webhook_secret is not: alerts are signed"
+            )
+        return self
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
@@ -247,7 +281,7 @@ def _type_name(annotation: Any) -> str:
             _type_name(a) for a in typing.get_args(annotation) if a is not type(None)
         )
     # every float setting is a duration in seconds
-    names = {bool: "boolean", int: "integer", float: "seconds", str: "text"}
+    names = {bool: "boolean", int: "integer", float: "seconds", str: "text", SecretStr: "secret"}
     return names.get(annotation, str(annotation))
 
 

@@ -16,6 +16,7 @@ from onbeat.store import Store, open_store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.postgres import store_schema
 from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory, StoreOpener
+from onbeat.testing.store_contract_alerts import AlertContract
 from onbeat.testing.store_contract_claim import ClaimContract
 from onbeat.testing.store_contract_concurrency import ConcurrencyContract
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
@@ -91,5 +92,6 @@ class TestStore(
     HeartbeatContract,
     DashboardReadsContract,
     TaskCatalogContract,
+    AlertContract,
 ):
     pass

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from onbeat.auth import DEFAULT_TENANT, ApiKey
 from onbeat.model import (
@@ -519,6 +519,32 @@ class Store(Protocol):
         clock, by name; with ``names``, only those of them (unknown names are left out)."""
         ...
 
+    # --- alert outbox: dead letters and skipped fire times, for the webhook ------------------
+    def alert_claim(self, limit: int, hold: float) -> list[PendingAlert]:
+        """The oldest alerts due for delivery (at most ``limit``), held for ``hold`` seconds: they
+        are not due again until then, so a sender that dies mid-delivery leaves them to be sent
+        again after the hold, never lost. Each call counts one attempt of each alert it returns.
+
+        Alerts are written by the transactions that record what they report (a dead letter in
+        ``execution_finish_many`` and ``execution_reap``; skipped fire times, one alert per job
+        and batch of skips, wherever runs are skipped), so an alert exists iff its event committed.
+
+        Concurrency: two senders never hold one alert at once (PostgreSQL: SKIP LOCKED; SQLite:
+        one writer)."""
+        ...
+
+    def alert_done(self, alert_ids: Sequence[int]) -> None:
+        """Forget these alerts: delivered, or given up after their last attempt.
+
+        Concurrency: idempotent; an alert already forgotten is ignored."""
+        ...
+
+    def alert_retry(self, retries: Mapping[int, tuple[datetime, str]]) -> None:
+        """Alert id -> (when to try it again, why this attempt failed).
+
+        Concurrency: last writer wins; only the sender holding an alert calls it."""
+        ...
+
 
 MAX_SEARCH_TASKS = 20
 """Most task names one ``Store.job_search`` text matches (each is one more index read per status)."""
@@ -588,3 +614,23 @@ class PublishedTask:
     """The worker that published it last."""
     seen_at: datetime
     """When it was last published, by the store's clock."""
+
+
+AlertKind = Literal["dead_letter", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAlert:
+    """An alert of the outbox, with the job it is about."""
+
+    id: int
+    kind: AlertKind
+    job_id: str
+    tenant: str
+    task: str
+    payload: Mapping[str, Any]
+    """What happened: for a dead letter its execution, attempts and last error; for skips the
+    skipped runs (id, fire time, reason)."""
+    created_at: datetime
+    attempts: int
+    """Delivery attempts so far, this one included."""

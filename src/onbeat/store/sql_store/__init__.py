@@ -13,6 +13,7 @@ conditions re-checked in every UPDATE (status, fencing token, lease expiry). ``s
 says what each method guarantees.
 """
 
+from onbeat.store.sql_store.alerts import AlertTransactions
 from onbeat.store.sql_store.base import Connection, Cursor, Row, SQLBase, retried
 from onbeat.store.sql_store.dashboard import DashboardReads
 from onbeat.store.sql_store.jobs import JobTransactions
@@ -29,5 +30,6 @@ class SQLStore(
     RunTransactions,
     DashboardReads,
     RegistryTransactions,
+    AlertTransactions,
 ):
     """The transactions of ``Store`` over a backend's named statements (``_q``)."""

@@ -33,6 +33,7 @@ from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.store.rows import (
     attempt_of,
     execution_of,
+    from_us,
     job_of,
     to_us,
 )
@@ -73,6 +74,10 @@ class _KeyTaken(Exception):
 
 
 IDEMPOTENCY_RETENTION = timedelta(days=1)
+MAX_ALERT_RUNS = 100
+"""Most skipped runs one alert lists (it also says how many there were)."""
+MAX_ALERT_ERROR = 2000
+"""Characters of a dead letter's last error an alert carries."""
 Row = Any
 """A result row, read by column name (``row["id"]``) or position (``row[0]``)."""
 
@@ -238,7 +243,16 @@ class SQLBase:
             ],
         )
         ids = json.dumps([run.id for *_, run in planned_runs])
-        return {r[0] for r in c.execute(self._q["executions_existing"], {"ids": ids})}
+        inserted = {r[0] for r in c.execute(self._q["executions_existing"], {"ids": ids})}
+        self._alert_skips(
+            c,
+            [
+                (job_id, run.id, to_us(run.scheduled_for), run.reason or "skipped")
+                for job_id, _, _, run in planned_runs
+                if run.status is ExecutionStatus.SKIPPED and run.id in inserted
+            ],
+        )
+        return inserted
 
     def _end_pending(
         self,
@@ -258,7 +272,66 @@ class SQLBase:
                 for r, why in zip(rows, reasons, strict=True)
             ],
         )
+        if status is ExecutionStatus.SKIPPED:
+            self._alert_skips(
+                c,
+                [
+                    (r["job_id"], r["id"], r["scheduled_for"], why)
+                    for r, why in zip(rows, reasons, strict=True)
+                ],
+            )
         self._complete_one_shots(c, rows)
+
+    def _alert_skips(self, c: Connection, skips: Sequence[tuple[str, str, int, str]]) -> None:
+        """Write the alerts of runs just skipped, (job id, execution id, fire time, reason) each:
+        one alert per job and batch of skips (a dispatch that skips a late run and the fire times
+        after it writes two), listing at most ``MAX_ALERT_RUNS`` of them (and how many there were),
+        so a long stall of an every-second job is one alert, not thousands."""
+        by_job: dict[str, list[dict[str, str]]] = {}
+        for job_id, execution_id, scheduled_for, reason in skips:
+            by_job.setdefault(job_id, []).append(
+                {
+                    "execution_id": execution_id,
+                    "scheduled_for": from_us(scheduled_for).isoformat(),
+                    "reason": reason,
+                }
+            )
+        now = self._now_us()
+        c.executemany(
+            self._q["alert_insert"],
+            [
+                {
+                    "kind": "skipped",
+                    "job_id": job_id,
+                    "payload": json.dumps({"count": len(runs), "runs": runs[:MAX_ALERT_RUNS]}),
+                    "now": now,
+                }
+                for job_id, runs in by_job.items()
+            ],
+        )
+
+    def _dead_letter(self, c: Connection, dead: Sequence[Mapping[str, Any]]) -> None:
+        """Record runs that exhausted their attempts as dead letters (rows as ``dead_letter_insert``
+        takes them), each with its alert, in the caller's transaction."""
+        c.executemany(self._q["dead_letter_insert"], dead)
+        c.executemany(
+            self._q["alert_insert"],
+            [
+                {
+                    "kind": "dead_letter",
+                    "job_id": d["job_id"],
+                    "payload": json.dumps(
+                        {
+                            "execution_id": d["id"],
+                            "attempts": d["attempts"],
+                            "error": (d["error"] or "")[:MAX_ALERT_ERROR],
+                        }
+                    ),
+                    "now": d["now"],
+                }
+                for d in dead
+            ],
+        )
 
     def _complete_one_shots(self, c: Connection, rows: Sequence[Row]) -> None:
         ids = sorted({r["job_id"] for r in rows if r["trigger"] == Trigger.SCHEDULE.value})

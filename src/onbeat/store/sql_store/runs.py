@@ -281,7 +281,7 @@ class RunTransactions(SQLBase):
                 final.append(r)
         c.executemany(self._q["execution_finish"], finishes)
         c.executemany(self._q["attempt_finish"], attempts)
-        c.executemany(self._q["dead_letter_insert"], dead)
+        self._dead_letter(c, dead)
         self._complete_one_shots(c, final)
         self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
 

@@ -266,8 +266,8 @@ class SchedulingTransactions(SQLBase):
                 ],
             )
             failed = [r for r in reaped if r["status"] == ExecutionStatus.FAILED.value]
-            c.executemany(
-                self._q["dead_letter_insert"],
+            self._dead_letter(
+                c,
                 [
                     {
                         "id": r["id"],

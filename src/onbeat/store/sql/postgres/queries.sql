@@ -491,3 +491,29 @@ SELECT * FROM tasks WHERE seen_at >= :since ORDER BY name;
 SELECT t.* FROM tasks t
 WHERE t.name IN (SELECT jsonb_array_elements_text(CAST(:names AS jsonb))) AND t.seen_at >= :since
 ORDER BY t.name;
+
+-- --- alert outbox ----------------------------------------------------------------------------
+
+-- name: alert_insert
+INSERT INTO alerts (kind, job_id, payload, created_at, next_attempt_at)
+VALUES (:kind, :job_id, :payload, :now, :now);
+
+-- name: alerts_due
+-- Of two schedulers delivering at once, each takes alerts the other has not locked.
+SELECT a.id, a.kind, a.job_id, a.payload, a.created_at, a.attempts, j.tenant, j.task
+FROM alerts a JOIN jobs j ON j.id = a.job_id
+WHERE a.next_attempt_at <= :now
+ORDER BY a.next_attempt_at, a.id
+LIMIT :limit
+FOR UPDATE OF a SKIP LOCKED;
+
+-- name: alerts_hold
+UPDATE alerts SET next_attempt_at = :until, attempts = attempts + 1
+WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS BIGINT));
+
+-- name: alerts_delete
+DELETE FROM alerts
+WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS BIGINT));
+
+-- name: alert_retry
+UPDATE alerts SET next_attempt_at = :next_attempt_at, last_error = :error WHERE id = :id;

@@ -150,3 +150,17 @@ CREATE TABLE tasks (
     worker       TEXT NOT NULL,                     -- the last worker to publish it
     seen_at      BIGINT NOT NULL
 );
+
+-- The alert outbox (see migrations/*_alert_outbox.sql): written with the dead letter or skip it
+-- reports, deleted once a scheduler delivered it to the webhook.
+CREATE TABLE alerts (
+    id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind            TEXT NOT NULL,                   -- dead_letter | skipped
+    job_id          TEXT NOT NULL,
+    payload         TEXT NOT NULL,                   -- JSON
+    created_at      BIGINT NOT NULL,
+    next_attempt_at BIGINT NOT NULL,                 -- also the hold of the sender delivering it
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT
+);
+CREATE INDEX alerts_due ON alerts (next_attempt_at, id);
