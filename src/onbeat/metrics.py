@@ -4,9 +4,10 @@ Each :class:`Metrics` owns its own registry, not the library's global one, so tw
 process (or two tests) never share counts. Labels are bounded: task names, final statuses, route
 templates and methods; never a job, execution or key id.
 
-Not counted yet (the alert outbox has them, per job): skipped fire times by reason (the store decides skips inside dispatch and claim
-and does not return them; it needs a store change) and queue depth per priority. Worker-only
-processes (issue 7) are to expose theirs on a port of their own.
+Not counted yet: skipped fire times by reason (the store decides skips inside dispatch and claim
+and does not return them; they reach a webhook through the alert outbox) and queue depth per
+priority. Scheduler and worker processes serve theirs on ``metrics_port``; ``onbeat up`` and
+``onbeat api`` with the API.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 
+from prometheus_client import start_http_server
+
 from onbeat.app import App
 from onbeat.errors import OnbeatError, QueueUnavailableError
 from onbeat.metrics import Metrics
@@ -120,12 +122,21 @@ class Node:
                     self.app, *listen, ready=self.api_ready, stop=self.stop, metrics=self.metrics
                 )
             )
+        metrics_server = None
+        if listen is None and settings.metrics_port is not None:
+            metrics_server, _ = start_http_server(
+                settings.metrics_port, settings.host, self.metrics.registry
+            )
+            log.info("metrics at http://%s:%d/metrics", settings.host, settings.metrics_port)
         tasks = [asyncio.create_task(service) for service in services]
         try:
             await asyncio.gather(*tasks)
         finally:
             self.stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             if self._queue is not None:
                 await self._queue.close()
 

@@ -80,6 +80,14 @@ class Settings(BaseSettings):
         description="Port the REST API and dashboard listen on.",
         json_schema_extra=_flag("up", "api"),
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port a scheduler or worker process serves Prometheus `/metrics` on (at "
+        "`host`). `onbeat up` and `onbeat api` serve it with the API on `port`.",
+        json_schema_extra=_flag("scheduler", "worker"),
+    )
     insecure: bool = Field(
         default=False,
         description="Serve a non-loopback `host` although no API key exists (anyone reaching it "

@@ -4,14 +4,19 @@ flags come from ``Settings``, a bad value is one line, and ``migrate`` sets up a
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import time
 from contextlib import closing
 from pathlib import Path
 
+import httpx
 import pytest
 
 from onbeat.settings import Settings, flag_commands, flag_name
 from onbeat.store.queries import migrations
-from tests.cli.conftest import APP, onbeat, onbeat_all
+from tests.cli.conftest import APP, REPO, START_TIMEOUT, base_env, onbeat, onbeat_all
+from tests.client.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -132,3 +137,33 @@ def test_api__refuses_an_open_non_loopback_address(tmp_path: Path) -> None:
     assert done.returncode == 2, done
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("Error: refusing to serve 0.0.0.0: no API key exists")
+
+
+@pytest.mark.parametrize("command", ["scheduler", "worker"])
+def test_metrics_port__a_scheduler_or_worker_process_serves_its_metrics(
+    tmp_path: Path, command: str
+) -> None:
+    port = free_port()
+    database_url = f"sqlite:///{tmp_path / 'o.db'}"
+    args = [command, "--database-url", database_url, "--queue-url", database_url]
+    args += ["--metrics-port", str(port), *(["--app", APP] if command == "worker" else [])]
+    log = tmp_path / "process.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "onbeat", *args], cwd=REPO, env=base_env(), stderr=stderr
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "no /metrics within the start timeout"
+                time.sleep(0.1)
+        assert "# TYPE onbeat_shards_held gauge" in text
+        assert "onbeat_runs_in_flight" in text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
