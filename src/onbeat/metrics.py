@@ -4,9 +4,8 @@ Each :class:`Metrics` owns its own registry, not the library's global one, so tw
 process (or two tests) never share counts. Labels are bounded: task names, final statuses, route
 templates and methods; never a job, execution or key id.
 
-Not counted yet: skipped fire times by reason (the store decides skips inside dispatch and claim
-and does not return them; they reach a webhook through the alert outbox) and queue depth per
-priority. Scheduler and worker processes serve theirs on ``metrics_port``; ``onbeat up`` and
+Skipped fire times are counted by the process whose store call skipped them (the store reports
+them after each commit). Not counted yet: queue depth per priority. Scheduler and worker processes serve theirs on ``metrics_port``; ``onbeat up`` and
 ``onbeat api`` with the API.
 """
 
@@ -85,6 +84,13 @@ class Metrics:
         self.loop_stalls = Counter(
             "onbeat_event_loop_stalls",
             "Times the event loop did not answer the watchdog in time.",
+            registry=r,
+        )
+        self.skipped = Counter(
+            "onbeat_skipped_fire_times",
+            "Fire times recorded as skipped, by cause (misfire, overlap, paused, other), by the "
+            "store calls of this process.",
+            ["cause"],
             registry=r,
         )
         self.alerts = Counter(

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 from prometheus_client import start_http_server
 
@@ -55,6 +56,10 @@ class Node:
                 self._worker.on_runs_woken = self._scheduler.wake
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
+
+    def _count_skips(self, skips: Mapping[str, int]) -> None:
+        for cause, count in skips.items():
+            self.metrics.skipped.labels(cause).inc(count)
 
     @property
     def queue(self) -> DelayQueue:
@@ -100,6 +105,7 @@ class Node:
         """Run until ``stop`` is set, serving the REST API on ``listen`` (host, port) if given.
         On stop the worker drains first, then the scheduler lets go of its shards."""
         settings, services = self.app.settings, []
+        self.app.store.on_skipped = self._count_skips
         if self._worker is not None:
             services.append(self._worker.run(self.stop))
             services.append(

@@ -226,6 +226,15 @@ def plan_missed_while_paused(
 PAUSED_AT_FIRE_TIME = "job was paused at its fire time"
 
 
+def skip_cause(reason: str) -> str:
+    """The cause of a skip, from its reason, as a metric label: misfire, overlap, paused, other."""
+    if reason.startswith("misfire"):
+        return "misfire"
+    if reason.startswith("overlap"):
+        return "overlap"
+    return "paused" if reason == PAUSED_AT_FIRE_TIME else "other"
+
+
 OVERLAP_QUEUE_RECHECK = 0.5
 """Seconds until a run waiting for a running predecessor is checked again, in case nothing wakes
 it: a store makes a job's waiting runs due at once when one of its runs finishes."""

@@ -34,3 +34,12 @@ def test_plan_reap__a_lost_attempt_counts() -> None:
     assert plan_reap(job_cancelled=False, attempt=3, retry=retry).status is ExecutionStatus.FAILED
     cancelled = plan_reap(job_cancelled=True, attempt=1, retry=retry)
     assert cancelled.status is ExecutionStatus.CANCELLED
+
+
+def test_skip_cause__names_the_policy_that_skipped() -> None:
+    from onbeat.plan import PAUSED_AT_FIRE_TIME, skip_cause
+
+    assert skip_cause("misfire (skip): 3600 s late") == "misfire"
+    assert skip_cause("overlap=skip: execution x of this job was still running") == "overlap"
+    assert skip_cause(PAUSED_AT_FIRE_TIME) == "paused"
+    assert skip_cause("skipped") == "other"

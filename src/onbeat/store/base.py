@@ -19,7 +19,7 @@ made of several statements (a run, then its attempts) is not one snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -154,6 +154,9 @@ class DispatchParams:
 
 class Store(Protocol):
     shard_count: int
+    on_skipped: Callable[[Mapping[str, int]], None] | None
+    """Told, after each commit that skipped fire times, how many by cause (misfire, overlap,
+    paused, other): the process counts them in its metrics."""
 
     def close(self) -> None:
         """Concurrency: closes this object's own connections; other stores on the database go on."""

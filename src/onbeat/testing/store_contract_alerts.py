@@ -125,3 +125,17 @@ class AlertContract:
             assert len(took_a) == 3
             assert len(took_b) == 2
             assert not took_a & took_b
+
+    def test_on_skipped__told_the_skips_by_cause_after_commit(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        told: list[dict[str, int]] = []
+        store.on_skipped = lambda skips: told.append(dict(skips))
+        job = _misfired(store, clock, MisfirePolicy.SKIP)
+        _dispatch(store)
+        skipped = [r for r in _runs(store, job.id) if r.status is ExecutionStatus.SKIPPED]
+        assert told == [{"misfire": len(skipped)}]  # one report for the one transaction
+        store.job_pause(job.id)
+        clock.advance(3 * 3600)
+        store.job_resume(job.id, misfire_grace=60)
+        assert told[1:] and set(told[1]) == {"paused"}

@@ -7,7 +7,9 @@ import itertools
 import json
 import logging
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -28,6 +30,7 @@ from onbeat.model import (
 from onbeat.plan import (
     PlannedExecution,
     planned,
+    skip_cause,
 )
 from onbeat.schedule import Schedule, ScheduleKind
 from onbeat.store.rows import (
@@ -48,15 +51,23 @@ _T = TypeVar("_T")
 _S = TypeVar("_S", bound="SQLBase")
 
 
+_under_way = threading.local()
+"""Per thread, the fire times the transaction under way skipped, by cause (``skips``): reported
+to ``on_skipped`` only once it committed, so a transaction run again is not counted twice."""
+
+
 def retried(method: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
     """Run a transaction again, after a short random pause, when the backend aborted it for a
     conflict with another (``_retry_errors``): nothing of it was committed."""
 
     @functools.wraps(method)
     def run(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if getattr(_under_way, "skips", None) is not None:  # called by another: it reports
+            return method(self, *args, **kwargs)
         for attempt in itertools.count(1):
+            _under_way.skips = Counter()
             try:
-                return method(self, *args, **kwargs)
+                result = method(self, *args, **kwargs)
             except self._retry_errors:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
@@ -64,6 +75,12 @@ def retried(method: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_
                     "%s conflicted with another transaction; running it again", method.__name__
                 )
                 time.sleep(random.uniform(0, 0.005 * 2**attempt))
+                continue
+            finally:
+                skips, _under_way.skips = _under_way.skips, None
+            if skips and self.on_skipped is not None:
+                self.on_skipped(skips)
+            return result
         raise AssertionError("unreachable")
 
     return run
@@ -108,6 +125,7 @@ class SQLBase:
     shard_count: int
     _q: Mapping[str, str]
     _retry_errors: tuple[type[Exception], ...] = ()
+    on_skipped: Callable[[Mapping[str, int]], None] | None = None
     """Errors by which the backend aborts a transaction for a conflict; it is run again."""
 
     # --- what a backend provides ------------------------------------------------------------
@@ -287,6 +305,11 @@ class SQLBase:
         one alert per job and batch of skips (a dispatch that skips a late run and the fire times
         after it writes two), listing at most ``MAX_ALERT_RUNS`` of them (and how many there were),
         so a long stall of an every-second job is one alert, not thousands."""
+        skipped = Counter(skip_cause(reason) for *_, reason in skips)
+        if (under_way := getattr(_under_way, "skips", None)) is not None:
+            under_way.update(skipped)
+        elif skipped and self.on_skipped is not None:
+            self.on_skipped(skipped)
         by_job: dict[str, list[dict[str, str]]] = {}
         for job_id, execution_id, scheduled_for, reason in skips:
             by_job.setdefault(job_id, []).append(
