@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -16,6 +17,7 @@ from onbeat.testing import FakeClock
 
 ALL = [version for version, _ in migrations("sqlite")]
 NEWEST = ALL[-1]
+_TABLES_CREATED = re.compile(r"CREATE TABLE (\w+)")
 
 
 def _url(path: Path) -> str:
@@ -47,7 +49,8 @@ def test_open_store__no_migrate_refuses_a_schema_behind_and_leaves_it_as_it_is(
     path = tmp_path / "onbeat.db"
     open_store(_url(path), clock).close()
     with closing(sqlite3.connect(path, isolation_level=None)) as db:  # as an older version left it
-        db.execute("DROP TABLE tasks")
+        for table in _TABLES_CREATED.findall(dict(migrations("sqlite"))[NEWEST]):
+            db.execute(f"DROP TABLE {table}")  # with its indexes
         db.execute("DELETE FROM onbeat_migrations WHERE version = ?", (NEWEST,))
     with pytest.raises(StoreOpenError, match=f"its schema lacks migration\\(s\\) {NEWEST}:"):
         open_store(_url(path), clock, migrate=False)

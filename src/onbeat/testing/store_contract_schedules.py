@@ -199,6 +199,21 @@ class ScheduleChainContract:
         assert sorted(f.hour for f in recorded) == [13, 14, 15]
         assert set(recorded.values()) == {ExecutionStatus.CANCELLED}
 
+    def test_job_pause__after_a_stall_every_fire_time_until_the_pause_has_a_record(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        job = store.job_create(_cron(HOURLY)).job
+        _stall(store, clock, job, hours=3.5)  # 13:00, 14:00, 15:00 never planned
+        store.job_pause(job.id)
+        assert sorted(f.hour for f in statuses_by_fire(store, job.id)) == [13, 14, 15]
+        clock.advance(600)
+        store.job_resume(job.id, misfire_grace=GRACE)
+        Simulated(store, clock).run_for(3600, step=10)
+        recorded = statuses_by_fire(store, job.id)
+        assert all(recorded[_today(clock, hour)].is_final for hour in (13, 14, 15)), recorded
+        assert recorded.get(_today(clock, 16)) is ExecutionStatus.SUCCEEDED
+        assert_chain_intact(store, job.id)
+
     # -- misfire: which missed fire times run -----------------------------------------------------
 
     @pytest.mark.parametrize(
@@ -407,10 +422,19 @@ class ScheduleHistoryMachine(RuleBasedStateMachine):
     def run_for(self, seconds: int) -> None:
         self.sim.run_for(seconds, step=min(seconds, 5))
 
-    @rule(seconds=st.sampled_from([30, 90, 600, 3700]), lose_queue=st.booleans())
-    def stall(self, seconds: int, lose_queue: bool) -> None:
-        """Nothing runs for a while (a frozen or dead node); the queue may be lost with it."""
+    @rule(
+        seconds=st.sampled_from([30, 90, 600, 3700]),
+        lose_queue=st.booleans(),
+        then=st.sampled_from(["tick", "edit", "pause", "resume", "run_now"]),
+    )
+    def stall(self, seconds: int, lose_queue: bool, then: str) -> None:
+        """Nothing runs for a while (a frozen or dead node); the queue may be lost with it. Then
+        the scheduler comes back, or a user acts first (the chain's head is still in the past)."""
         self.clock.advance(seconds)
+        if then == "edit":
+            self.edit("*/2 * * * *", "UTC")
+        elif then != "tick":
+            getattr(self, then)()
         if lose_queue:  # the sweep hands every queued run back to the new queue
             queued = [
                 r for r in _runs(self.store, self.job_id) if r.status is ExecutionStatus.QUEUED

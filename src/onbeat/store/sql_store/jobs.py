@@ -269,7 +269,11 @@ class JobTransactions(SQLBase):
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be paused")
             if job.status is not JobStatus.ACTIVE:
                 return job
-            return self._set_status(c, job, JobStatus.PAUSED, JobEventKind.PAUSED)
+            # As for a cancel: the fire times up to the pause event's instant were in force and
+            # must have their records, even those a stalled scheduler never planned.
+            now = self.now()
+            self._record_fires_until(c, job, now)
+            return self._set_status(c, job, JobStatus.PAUSED, JobEventKind.PAUSED, now)
 
     @retried
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
