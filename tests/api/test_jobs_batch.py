@@ -57,3 +57,42 @@ async def test_create_jobs__one_bad_job_is_422_naming_it_and_stores_none(
     problem = assert_problem(await client.post("/jobs/batch", json={"jobs": jobs}), 422)
     assert any(e["field"].startswith(field) for e in problem["errors"]), problem
     assert snapshot(onbeat_app) == before
+
+
+async def test_create_jobs__a_retried_batch_with_its_key_creates_nothing_more(
+    client: httpx.AsyncClient, onbeat_app: App
+) -> None:
+    body = {"jobs": [{"task": "echo", "params": {"n": n}} for n in range(3)]}
+    headers = {"Idempotency-Key": "nightly-import-42"}
+    first = await client.post("/jobs/batch", json=body, headers=headers)
+    assert first.status_code == 201, first.text
+    assert first.headers["Idempotent-Replayed"] == "false"
+    again = await client.post("/jobs/batch", json=body, headers=headers)
+    assert again.status_code == 201, again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert [j["id"] for j in again.json()["items"]] == [j["id"] for j in first.json()["items"]]
+    assert len(onbeat_app.list_jobs()) == 3
+    other = await client.post("/jobs/batch", json=body, headers={"Idempotency-Key": "other"})
+    assert other.headers["Idempotent-Replayed"] == "false"
+    assert len(onbeat_app.list_jobs()) == 6
+
+
+async def test_create_jobs__a_key_reused_for_another_batch_is_refused_and_nothing_stored(
+    client: httpx.AsyncClient, onbeat_app: App
+) -> None:
+    headers = {"Idempotency-Key": "k"}
+    jobs = [{"task": "echo", "params": {"n": n}} for n in range(2)]
+    assert (await client.post("/jobs/batch", json={"jobs": jobs}, headers=headers)).is_success
+    changed = [jobs[0], {"task": "echo", "params": {"n": 99}}, {"task": "echo"}]
+    response = await client.post("/jobs/batch", json={"jobs": changed}, headers=headers)
+    assert_problem(response, 422, "Idempotency-Key")
+    assert len(onbeat_app.list_jobs()) == 2
+
+
+async def test_create_jobs__a_key_too_long_for_a_batch_is_refused(
+    client: httpx.AsyncClient, onbeat_app: App
+) -> None:
+    body = {"jobs": [{"task": "echo"}]}
+    response = await client.post("/jobs/batch", json=body, headers={"Idempotency-Key": "k" * 251})
+    assert_problem(response, 422, "Idempotency-Key")
+    assert onbeat_app.list_jobs() == []

@@ -439,3 +439,11 @@ def test_connection__refused_names_the_url() -> None:
     assert f"{url}/api/v1/jobs/abc" in str(raised.value)
     assert raised.value.url == f"{url}/api/v1/jobs/abc"
     assert isinstance(raised.value, ConnectionError)
+
+
+def test_create_jobs__sent_again_with_its_key_returns_the_same_jobs(own_client: Client) -> None:
+    specs = [JobSpec("echo", {"n": n}) for n in range(3)]
+    first = own_client.create_jobs(specs, idempotency_key="import-7")
+    again = own_client.create_jobs(specs, idempotency_key="import-7")
+    assert [job.id for job in again] == [job.id for job in first]
+    assert len(list(own_client.iter_jobs())) == 3

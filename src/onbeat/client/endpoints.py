@@ -57,8 +57,8 @@ def _drop_none(**values: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """One job to submit with ``create_jobs``: the arguments of ``create_job`` (without the
-    idempotency key, which the batch route does not take), with the same defaults."""
+    """One job to submit with ``create_jobs``: the arguments of ``create_job`` (the batch has one
+    idempotency key for all its jobs), with the same defaults."""
 
     task: str
     params: Mapping[str, Any] | None = None
@@ -152,18 +152,23 @@ class _Api:
         return _Request("POST", "/jobs", JobInfo.of, body=_job_body(spec), headers=headers)
 
     @_Endpoint
-    def create_jobs(jobs: Sequence[JobSpec]) -> _Request[list[JobInfo]]:
+    def create_jobs(
+        jobs: Sequence[JobSpec], *, idempotency_key: str | None = None
+    ) -> _Request[list[JobInfo]]:
         """Submit up to 1,000 jobs in one request (``POST /jobs/batch``), each as ``create_job``
         would: the server stores all of them in one transaction, or none -- a bad one is an
         ApiValidationError naming it by its index (``jobs.3.schedule.expression``). Returns the
-        jobs in the order given. There is no idempotency key: after a timeout, list the jobs
-        before sending the batch again."""
+        jobs in the order given. With ``idempotency_key``, sending the same batch again (after a
+        timeout, say) returns the jobs the first request created instead of creating more."""
         body = []
         for index, spec in enumerate(jobs):
             if not isinstance(spec, JobSpec):
                 raise TypeError(f"jobs[{index}] must be a JobSpec, got {spec!r}")
             body.append(_job_body(spec))
-        return _Request("POST", "/jobs/batch", _items_of(JobInfo.of), body={"jobs": body})
+        headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        return _Request(
+            "POST", "/jobs/batch", _items_of(JobInfo.of), body={"jobs": body}, headers=headers
+        )
 
     @_Endpoint
     def get_job(job_id: str) -> _Request[JobDetail]:

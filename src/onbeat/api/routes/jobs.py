@@ -59,6 +59,8 @@ _WRITE = problem_responses(400, 404, 409, 413, 422, 500, 503)
 
 
 # --- create -----------------------------------------------------------------------------------
+MAX_BATCH_IDEMPOTENCY_KEY = validation.MAX_IDEMPOTENCY_KEY - 5
+"""A batch's key, with ``#<index>`` appended for each of its (at most 1,000) jobs, stays a key."""
 _CREATED: dict[int | str, dict[str, Any]] = {
     201: {
         "description": "The job (created now, or by an earlier request with the same key).",
@@ -118,17 +120,39 @@ def create_job(
     responses=problem_responses(400, 413, 422, 503),
     summary="Submit many jobs at once",
 )
-def create_jobs(body: JobBatch, onbeat: OnbeatApp, caller: CallerDep) -> JobBatchOut:
+def create_jobs(
+    body: JobBatch,
+    onbeat: OnbeatApp,
+    caller: CallerDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Makes a retried batch return the jobs the first one created (each job "
+            "is keyed by this key and its index) instead of creating them again.",
+            json_schema_extra={"minLength": 1, "maxLength": MAX_BATCH_IDEMPOTENCY_KEY},
+        ),
+    ] = None,
+) -> JobBatchOut:
     """Validate every job as ``POST /jobs`` does, then store them all in one transaction: all
     of them, or (any one invalid, named by its index: ``jobs[3].schedule.expression``) none."""
+    if idempotency_key is not None:
+        validation.text("Idempotency-Key", idempotency_key, MAX_BATCH_IDEMPOTENCY_KEY)
     news = []
     tasks = onbeat.get_tasks(job.task for job in body.jobs)  # one store read, not one per job
     for index, job in enumerate(body.jobs):
+        key = None if idempotency_key is None else f"{idempotency_key}#{index}"
         try:
-            news.append(_prepare(onbeat, job, caller.home_tenant, None, tasks))
+            news.append(_prepare(onbeat, job, caller.home_tenant, key, tasks))
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
-    return JobBatchOut(items=[job_out(c.job) for c in onbeat.submit_many(news)])
+    created = onbeat.submit_many(news)
+    if idempotency_key is not None:
+        # All or none: a retry finds every job of the first request (or, if it never
+        # committed, creates them all now).
+        response.headers["Idempotent-Replayed"] = "true" if created[0].replayed else "false"
+    return JobBatchOut(items=[job_out(c.job) for c in created])
 
 
 def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
