@@ -97,6 +97,8 @@ class Node:
             return
         try:
             await self._queue.size()
+        except QueueUnavailableError:
+            raise  # it names the queue already
         except Exception as exc:
             url = redact_url(self.app.settings.queue_url)
             raise QueueUnavailableError(f"cannot reach the queue {url}: {one_line(exc)}") from exc

@@ -15,7 +15,15 @@ import pytest
 
 from onbeat.settings import Settings, flag_commands, flag_name
 from onbeat.store.queries import migrations
-from tests.cli.conftest import APP, REPO, START_TIMEOUT, base_env, onbeat, onbeat_all
+from tests.cli.conftest import (
+    APP,
+    COMMAND_TIMEOUT,
+    REPO,
+    START_TIMEOUT,
+    base_env,
+    onbeat,
+    onbeat_all,
+)
 from tests.client.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -167,3 +175,25 @@ def test_metrics_port__a_scheduler_or_worker_process_serves_its_metrics(
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("unreachable", ["store", "queue"])
+def test_start__an_unreachable_postgresql_or_redis_is_one_line_without_the_password(
+    tmp_path: Path, unreachable: str
+) -> None:
+    nothing_there = free_port()
+    database_url = f"sqlite:///{tmp_path / 'o.db'}"
+    queue_url = "redis://127.0.0.1:6379/0"
+    if unreachable == "store":
+        database_url = f"postgresql://root:s3cret@127.0.0.1:{nothing_there}/test"
+    else:
+        queue_url = f"redis://:s3cret@127.0.0.1:{nothing_there}/0"
+    started = time.monotonic()
+    done = onbeat("scheduler", "--database-url", database_url, "--queue-url", queue_url)
+    assert time.monotonic() - started < COMMAND_TIMEOUT / 2  # it does not wait out retries
+    assert done.returncode != 0
+    [line] = done.stderr.strip().splitlines()
+    assert "s3cret" not in done.stderr
+    what = "cannot open the store" if unreachable == "store" else "cannot reach the delay queue"
+    assert line.startswith(f"Error: {what}"), line
+    assert f"127.0.0.1:{nothing_there}" in line, line

@@ -129,6 +129,9 @@ class PostgresStore(SQLStore):
             name="onbeat",
         )
         try:
+            # One direct connection first: an unreachable server or a refused login fails here at
+            # once, with the server's reason, instead of as the pool's retries and timeout.
+            psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)).close()
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
             if migrate:
                 self.migrate()
