@@ -28,6 +28,6 @@ def main(log_level: str) -> None:
     configure_logging(log_level)
 
 
-from onbeat.cli import fleet, node, remote  # noqa: E402,F401  (registers their commands on main)
+from onbeat.cli import fleet, jobs, node, runs  # noqa: E402,F401  (registers their commands on main)
 
 __all__ = ["OnbeatGroup", "main"]
