@@ -157,8 +157,9 @@ class CpuMonitor:
                 if t.last == 0.0 and t.baseline == 0.0 and t.group == "postgres_background":
                     t.baseline = cpu  # a server-wide process: count from when we first saw it
                 t.last = cpu
-                if not t.group.startswith("postgres"):
-                    t.peak_rss_mib = proc_peak_rss_mib(pid)
+                peak = None if t.group.startswith("postgres") else proc_peak_rss_mib(pid)
+                if peak is not None:  # None also for a zombie, which has no memory left
+                    t.peak_rss_mib = peak
 
     def mark(self) -> None:
         """From now on: each process's CPU counts from its current value."""
