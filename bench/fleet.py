@@ -39,6 +39,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -184,6 +185,83 @@ class CpuMonitor:
                 if t.peak_rss_mib is not None:
                     entry["peak_rss_mib"] = round(max(entry.get("peak_rss_mib", 0), t.peak_rss_mib))
         return out
+
+
+class PgSampler:
+    """A poor man's pg_stat_statements (which needs a server restart to load): every
+    ``interval``, the statements the fleet's backends are executing (``state = 'active'`` in
+    pg_stat_activity), named by their ``-- name:`` in queries.sql, with what they wait on. The
+    share of samples is each statement's share of the backends' busy wall time."""
+
+    def __init__(self, admin_url: str, app_names: Sequence[str], interval: float = 0.01) -> None:
+        from onbeat.store.queries import load_queries
+
+        self.admin_url, self.app_names, self.interval = admin_url, list(app_names), interval
+        self.patterns = [
+            (self._pattern(body), name) for name, body in load_queries("postgres").items()
+        ]
+        self.counts: dict[str, int] = {}
+        self.waits: dict[str, int] = {}
+        self.samples = 0
+        self._names: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pg-sampler", daemon=True)
+
+    @staticmethod
+    def _normal(sql: str) -> str:
+        lines = (line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+        return " ".join(" ".join(lines).split()).rstrip("; ")
+
+    def _pattern(self, body: str) -> re.Pattern[str]:
+        """The statement as the server shows it: ``:name`` parameters became ``$n``."""
+        pieces = re.split(r"(?<!:):\w+", self._normal(body))
+        return re.compile(r"\$\d+".join(re.escape(piece) for piece in pieces))
+
+    def name_of(self, query: str) -> str:
+        name = self._names.get(query)
+        if name is None:
+            text = self._normal(query)
+            found = [n for pattern, n in self.patterns if pattern.fullmatch(text)]
+            if not found:  # pg_stat_activity cuts long statements (track_activity_query_size)
+                found = [n for p, n in self.patterns if len(text) > 1000 and p.match(text)]
+            name = found[0] if found else text[:40]
+            self._names[query] = name
+        return name
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                rows = conn.execute(
+                    "SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')"
+                    " FROM pg_stat_activity WHERE state = 'active' AND application_name = ANY(%s)",
+                    (self.app_names,),
+                ).fetchall()
+                self.samples += 1
+                for query, wait in rows:
+                    name = self.name_of(query)
+                    self.counts[name] = self.counts.get(name, 0) + 1
+                    key = f"{name} {wait}"
+                    self.waits[key] = self.waits.get(key, 0) + 1
+                self._stop.wait(self.interval)
+
+    def report(self, top: int = 15) -> dict[str, Any]:
+        """Per statement: backends busy in it, on average (1.0 = one backend all the time)."""
+        n = max(1, self.samples)
+        busy = sorted(self.counts.items(), key=lambda kv: -kv[1])[:top]
+        waits = sorted(self.waits.items(), key=lambda kv: -kv[1])[:top]
+        return {
+            "samples": self.samples,
+            "busy_backends": round(sum(self.counts.values()) / n, 3),
+            "by_statement": {k: round(v / n, 3) for k, v in busy},
+            "by_statement_and_wait": {k: round(v / n, 3) for k, v in waits},
+        }
 
 
 def free_redis_port() -> int:
@@ -559,6 +637,9 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
     if fleet.redis is not None:
         monitor.add(fleet.redis.pid, "redis-server", "redis")
     monitor.start()
+    sampler = PgSampler(SERVER, fleet.pg_app_names) if args.pg_sample else None
+    if sampler is not None:
+        sampler.start()
     profilers: list[subprocess.Popen[bytes]] = []
     try:
         if args.profile:
@@ -568,6 +649,9 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
             p.send_signal(signal.SIGINT)
         with psycopg.connect(SERVER, autocommit=True) as conn:
             monitor.sample(conn)  # the backends end with the fleet: their last figures now
+        if sampler is not None:
+            sampler.stop()
+            figures["pg_statements"] = sampler.report()
         statuses = fleet.stop()
         monitor.stop()
         figures["store"] = fleet.store_counts()
@@ -670,6 +754,11 @@ def print_table(result: dict[str, Any]) -> None:
     ))  # fmt: skip
     print(f"  store: {f['store']}; load average before {result['loadavg_before']}, "
           f"after {result['loadavg_after']}")  # fmt: skip
+    if "pg_statements" in f:
+        pg = f["pg_statements"]
+        print(f"  PostgreSQL: {pg['busy_backends']} backends busy on average; by statement:")
+        for name, share in pg["by_statement_and_wait"].items():
+            print(f"    {name:<60} {share:>6}")
     if f.get("logs"):
         print(f["logs"])
 
@@ -714,6 +803,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0, help="throughput: give up after")
     p.add_argument("--profile", help="directory for py-spy raw profiles of each onbeat process")
     p.add_argument("--profile-rate", type=int, default=100, help="py-spy samples/s")
+    p.add_argument(
+        "--pg-sample", action="store_true", help="sample the fleet's statements in pg_stat_activity"
+    )
     p.add_argument("--keep", action="store_true", help="keep the schema (not dropped)")
     p.add_argument("--loader", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
