@@ -111,7 +111,8 @@ class Tracked:
 class CpuMonitor:
     """Samples, every ``interval``, the CPU time of the processes it is given and of the
     PostgreSQL backends serving the fleet (found by ``application_name`` in pg_stat_activity,
-    so other sessions on the shared server are not counted) and of PostgreSQL's background
+    so other sessions on the shared server are not counted; grouped by the process they serve,
+    ``postgres:worker-0``..., or ``postgres:queue`` for the table queue's own connections) and of PostgreSQL's background
     processes (server-wide: checkpointer, walwriter, autovacuum...). A process's figure is its
     CPU time since ``mark`` (or since it appeared); a backend that exits between two samples
     loses at most one interval."""
@@ -141,15 +142,16 @@ class CpuMonitor:
     def sample(self, conn: psycopg.Connection[Any]) -> None:
         rows = conn.execute(
             "SELECT pid, backend_type, application_name FROM pg_stat_activity"
-            " WHERE (backend_type = 'client backend' AND application_name = ANY(%s))"
+            " WHERE (backend_type = 'client backend' AND application_name LIKE ANY(%s))"
             " OR backend_type <> 'client backend'",
             (self.app_names,),
         ).fetchall()
         with self._lock:
-            for pid, backend_type, _ in rows:
+            for pid, backend_type, app_name in rows:
                 if pid not in self.tracked:
                     client = backend_type == "client backend"
-                    group = "postgres" if client else "postgres_background"
+                    role = app_name.rsplit("/", 1)[-1] if "/" in app_name else "queue"
+                    group = f"postgres:{role}" if client else "postgres_background"
                     self.tracked[pid] = Tracked(f"pg:{backend_type}", group)
             for pid, t in self.tracked.items():
                 cpu = proc_cpu_seconds(pid)
@@ -240,7 +242,8 @@ class PgSampler:
             while not self._stop.is_set():
                 rows = conn.execute(
                     "SELECT query, coalesce(wait_event_type || ':' || wait_event, 'CPU')"
-                    " FROM pg_stat_activity WHERE state = 'active' AND application_name = ANY(%s)",
+                    " FROM pg_stat_activity WHERE state = 'active'"
+                    " AND application_name LIKE ANY(%s)",
                     (self.app_names,),
                 ).fetchall()
                 self.samples += 1
@@ -294,29 +297,37 @@ class Fleet:
 
     @property
     def database_url(self) -> str:
+        return self.url_for("bench")
+
+    def url_for(self, role: str) -> str:
+        """The schema's URL, its connections named ``<app_name>/<role>`` in pg_stat_activity."""
         options = quote(f"-csearch_path={self.schema}")
-        return f"{SERVER}?options={options}&application_name={self.app_name}"
+        return f"{SERVER}?options={options}&application_name={self.app_name}/{role}"
 
     @property
     def queue_table(self) -> str:
         return f"q_{self.schema[-10:]}"
 
-    @property
-    def queue_url(self) -> str:
+    def queue_url_for(self, role: str) -> str:
         if self.queue == "redis":
             return f"redis://127.0.0.1:{self.redis_port}/0"
-        return f"{self.database_url}&table={self.queue_table}"
+        return f"{self.url_for(role)}&table={self.queue_table}"
+
+    @property
+    def queue_url(self) -> str:
+        return self.queue_url_for("bench")
 
     @property
     def pg_app_names(self) -> list[str]:
-        return [self.app_name, f"onbeat-queue:{self.queue_table}"]
+        """``LIKE`` patterns of the fleet's connections' application names."""
+        return [f"{self.app_name}/%", f"onbeat-queue:{self.queue_table}%"]
 
-    def env(self) -> dict[str, str]:
+    def env(self, role: str = "bench") -> dict[str, str]:
         return {
             **os.environ,
             "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
-            "ONBEAT_DATABASE_URL": self.database_url,
-            "ONBEAT_QUEUE_URL": self.queue_url,
+            "ONBEAT_DATABASE_URL": self.url_for(role),
+            "ONBEAT_QUEUE_URL": self.queue_url_for(role),
             "ONBEAT_BENCH_STARTS_DIR": str(self.workdir),
             "ONBEAT_LOG_LEVEL": "WARNING",
         }
@@ -360,7 +371,7 @@ class Fleet:
         with (self.workdir / f"{name}.log").open("ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "onbeat", role, "--no-migrate", *extra],
-                cwd=REPO, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                cwd=REPO, env=self.env(name), stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.procs[name] = proc
         return proc
@@ -582,7 +593,7 @@ def steady_phase(fleet: Fleet, monitor: CpuMonitor, starts: Starts) -> dict[str,
     began = time.time()
     with (fleet.workdir / "loader.log").open("ab") as out:
         load = subprocess.Popen(
-            cmd, cwd=REPO, env=fleet.env(), stdout=out, stderr=subprocess.STDOUT
+            cmd, cwd=REPO, env=fleet.env("loader"), stdout=out, stderr=subprocess.STDOUT
         )
     monitor.add(load.pid, "loader", "loader")
     load.wait()
@@ -660,7 +671,7 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
         fleet_cpu = sum(
             v["cpu_s"]
             for k, v in figures["cpu"].items()
-            if k not in ("loader", "postgres_background")
+            if k not in ("loader", "postgres:loader", "postgres:bench", "postgres_background")
         )
         figures["fleet_cpu_s"] = round(fleet_cpu, 2)
         figures["cpu_us_per_run"] = round(fleet_cpu / figures["runs"] * 1e6)
