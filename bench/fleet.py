@@ -422,6 +422,33 @@ class Fleet:
             ).fetchall()
         return {str(status): int(n) for status, n in rows}
 
+    def index_reads(self) -> dict[str, Any]:
+        """PostgreSQL's counters for the schema's indexes and hot tables: scans and entries read
+        per index (a partial index whose dead entries pile up shows as many entries per scan),
+        updates (HOT or not), dead tuples and whether autovacuum ran."""
+        with psycopg.connect(self.database_url) as conn:
+            indexes = conn.execute(
+                "SELECT indexrelname, idx_scan, idx_tup_read FROM pg_stat_user_indexes"
+                " WHERE schemaname = %s AND idx_scan > 0 ORDER BY idx_tup_read DESC LIMIT 8",
+                (self.schema,),
+            ).fetchall()
+            tables = conn.execute(
+                "SELECT relname, n_tup_upd, n_tup_hot_upd, n_dead_tup, autovacuum_count"
+                " FROM pg_stat_user_tables WHERE schemaname = %s"
+                " AND relname IN ('executions', 'jobs', 'attempts')",
+                (self.schema,),
+            ).fetchall()
+        return {
+            "indexes": {
+                name: {"scans": scans, "read": read, "read_per_scan": round(read / scans)}
+                for name, scans, read in indexes
+            },
+            "tables": {
+                name: {"updates": upd, "hot": hot, "dead": dead, "autovacuums": vac}
+                for name, upd, hot, dead, vac in tables
+            },
+        }
+
     def log_tail(self, lines: int = 10) -> str:
         return "\n".join(
             f"--- {name}: "
@@ -666,6 +693,7 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
         statuses = fleet.stop()
         monitor.stop()
         figures["store"] = fleet.store_counts()
+        figures["postgres_reads"] = fleet.index_reads()
         figures["exit_statuses"] = statuses
         figures["cpu"] = monitor.report()
         fleet_cpu = sum(
@@ -765,6 +793,10 @@ def print_table(result: dict[str, Any]) -> None:
     ))  # fmt: skip
     print(f"  store: {f['store']}; load average before {result['loadavg_before']}, "
           f"after {result['loadavg_after']}")  # fmt: skip
+    reads = f["postgres_reads"]["indexes"]
+    print("  index scans / entries read per scan: " + ", ".join(
+        f"{name} {v['scans']}/{v['read_per_scan']}" for name, v in list(reads.items())[:5]
+    ))  # fmt: skip
     if "pg_statements" in f:
         pg = f["pg_statements"]
         print(f"  PostgreSQL: {pg['busy_backends']} backends busy on average; by statement:")
