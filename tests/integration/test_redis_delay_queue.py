@@ -151,6 +151,31 @@ async def test_claim_due__two_queue_objects_racing_get_disjoint_sets(
     assert await first.size() == await second.size() == 0
 
 
+async def test_claim_due__goes_on_to_more_shards_when_a_racing_claim_emptied_its_first(
+    open_queues: QueueFactory, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two queue objects read the same earliest shards from the index; the other one empties
+    two of them between this claim's index read and its shard round. The claim still returns
+    its full limit from the next due shards rather than coming back short."""
+    mine, other = open_queues(), open_queues()
+    await mine.enqueue(
+        [QueueItem(f"e{i}", _at(clock, -(8 - i)), shard=i) for i in range(8)]  # e0 earliest
+    )
+    real_round = mine._claim_round
+    raced: list[str] = []
+
+    async def other_claims_first(*args: Any) -> Any:
+        if not raced:
+            raced.extend(await other.claim_due(2))
+        return await real_round(*args)
+
+    monkeypatch.setattr(mine, "_claim_round", other_claims_first)
+    got = await mine.claim_due(4)
+    assert sorted(raced) == ["e0", "e1"]
+    assert sorted(got) == ["e2", "e3", "e4", "e5"]
+    assert sorted(await other.claim_due(10)) == ["e6", "e7"]
+
+
 # -- lost data and a stale index ------------------------------------------------------------
 
 

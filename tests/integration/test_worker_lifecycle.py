@@ -110,6 +110,43 @@ async def test_worker__started_run_is_run_although_requeueing_the_not_due_ones_f
     assert node.execution(later_job.id).status is ExecutionStatus.QUEUED  # the sweep re-enqueues it
 
 
+async def test_worker__claim_loop_claims_again_at_once_after_ids_it_could_not_start(
+    node: Node,
+) -> None:
+    """The queue hands out the id of a run that already ran (a stale copy, e.g. re-enqueued by a
+    sweep while its claim committed): the store starts nothing. The queue had due work, so the
+    claim loop claims again at once, not after waiting on the queue (which may sleep up to
+    poll_interval while runs are due), and the run due behind it starts."""
+    ran = node.app.schedule("record", {"n": 1})
+    await node.dispatch()
+    await node.worker.run_until_idle()
+    stale = node.execution(ran.id).id
+    due = node.app.schedule("record", {"n": 2})
+    await node.dispatch()
+
+    class StaleFirst(_QueueProxy):
+        calls: list[str] = []
+
+        async def claim_due(self, limit: int) -> list[str]:
+            self.calls.append("claim")
+            return [stale] if len(self.calls) == 1 else await self._queue.claim_due(limit)
+
+        async def wait(self, timeout: float) -> None:
+            self.calls.append("wait")
+            await self._queue.wait(timeout)
+
+    queue = StaleFirst(node)
+    worker = node.new_worker(queue=queue)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(_until(lambda: worker.stats.succeeded == 1), 5)
+    stop.set()
+    await asyncio.wait_for(running, 5)
+    assert queue.calls[:2] == ["claim", "claim"]
+    assert node.execution(due.id).status is ExecutionStatus.SUCCEEDED
+    assert node.execution(ran.id).attempt == 1  # the stale copy did not run it again
+
+
 async def test_worker__heartbeat_does_not_keep_alive_a_run_the_worker_does_not_run(
     node: Node,
 ) -> None:

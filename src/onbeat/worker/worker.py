@@ -154,17 +154,26 @@ class Worker:
     # --- claiming ---------------------------------------------------------------------------
     async def claim_once(self) -> int:
         """Claim what is due now, up to free capacity, and start it; returns how many started."""
+        return (await self._claim())[1]
+
+    async def _claim(self) -> tuple[int, int]:
+        """``claim_once``; returns how many ids left the queue for good and how many runs started.
+
+        An id the queue hands out leaves it for good unless the store finds its run not due yet
+        (it goes back, due later): started, or not startable (no longer queued, deferred behind
+        a running predecessor, skipped). Ids that left mean the queue had due work and may have
+        more, so the claim loop claims again at once instead of waiting for the queue."""
         free = self.settings.concurrency - self._executing
         if free <= 0:
-            return 0
+            return 0, 0
         try:
             ids = await self.queue.claim_due(min(free, self.settings.claim_batch))
         except Exception:
             self._claims.failed("retrying with backoff")
-            return 0
+            return 0, 0
         if not ids:
             self._claims.succeeded()
-            return 0
+            return 0, 0
         claiming = asyncio.ensure_future(
             asyncio.to_thread(
                 self.store.execution_claim,
@@ -182,7 +191,7 @@ class Worker:
         except Exception:
             self._claims.failed(f"handing {len(ids)} runs back to the queue, retrying with backoff")
             await self._hand_back(ids)
-            return 0
+            return 0, 0
         self._claims.succeeded()
         self._start(claim.started)  # before any other await: every started run is tracked
         self._waiting_jobs |= claim.waiting_jobs
@@ -194,7 +203,7 @@ class Worker:
                     "handing %d runs not yet due back to the queue failed; the sweep will",
                     len(claim.not_due),
                 )
-        return len(claim.started)
+        return len(ids) - len(claim.not_due), len(claim.started)
 
     async def _hand_back(self, ids: Sequence[str]) -> None:
         """Runs the queue handed out but the store could not start (it is unreachable): back to
@@ -449,7 +458,8 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            if await self.claim_once():
+            consumed, _ = await self._claim()
+            if consumed:  # the queue had due work: it may have more, claim again at once
                 continue
             if self._claims.count:  # the queue or the store is failing
                 await sleep_or_wake(self.clock, self._claims.backoff, self._stopping)

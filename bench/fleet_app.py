@@ -1,0 +1,29 @@
+"""The app ``bench/fleet.py`` runs in its workers: one no-op task that appends one line per run,
+``execution_id scheduled_for start`` (epoch seconds), to a file of its process's own with a single
+``write()`` (O_APPEND), so lost and duplicated runs are counted independently of the store."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from onbeat import App, TaskContext
+
+app = App()
+_fd: int | None = None
+
+
+def _starts_fd() -> int:
+    global _fd
+    if _fd is None:
+        directory = os.environ["ONBEAT_BENCH_STARTS_DIR"]
+        path = os.path.join(directory, f"starts-{os.getpid()}.txt")
+        _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    return _fd
+
+
+@app.task(name="bench.noop", max_attempts=1)
+async def noop(ctx: TaskContext) -> None:
+    started = time.time()
+    line = f"{ctx.execution_id} {ctx.scheduled_for.timestamp():.6f} {started:.6f}\n"
+    os.write(_starts_fd(), line.encode())
