@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from onbeat.auth import DEFAULT_TENANT, ApiKey
+from onbeat.limits import NO_LIMITS, LimitDefaults, TenantLimits, Usage
 from onbeat.model import (
     DeadLetter,
     Execution,
@@ -397,16 +398,51 @@ class Store(Protocol):
 
     # --- worker role ----------------------------------------------------------------------
     def execution_claim(
-        self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
+        self,
+        execution_ids: Sequence[str],
+        owner: str,
+        lease_ttl: float,
+        misfire_grace: float,
+        limits: LimitDefaults = NO_LIMITS,
     ) -> ClaimResult:
         """Flip queued executions to running with a lease and a new fencing token, as
         ``plan.plan_claim`` decides: the misfire policy for first starts later than
         ``misfire_grace``, the overlap policy against runs already running at the fire time, a
         backlog in fire-time order. Executions that are cancelled, paused, already running or
         stale are not started; executions not yet due by the store's clock are handed back.
+        Then the fleet limits (``limits``: the global cap and the per-tenant defaults; each
+        tenant's overrides are the store's) as ``limits.plan_limits`` decides: a run over a cap
+        on runs in flight, or whose slot under its tenant's starts/s limit is later, is handed
+        back (``not_due``) due when it should be tried again; a slot is written on the run, which
+        then starts at it without taking another. The counters of runs in flight are kept right
+        whether or not a limit applies.
 
         Concurrency: each run is started by one caller only (queued at write time); the overlap
-        check sees every run a claim committed first (a per-job lock), so overlap=skip holds."""
+        check sees every run a claim committed first (a per-job lock), so overlap=skip holds; a
+        claim under a limit locks the counters it decides on (the fleet's, then its tenants' by
+        name) until it commits, so two claims never both take the last place under a cap or the
+        same slot."""
+        ...
+
+    def tenant_limits_set(self, tenant: str, limits: TenantLimits) -> None:
+        """Set ``tenant``'s own limits (a None field: the fleet's default applies); the next claim
+        of its runs obeys them.
+
+        Concurrency: last write wins; a claim that read the old limits finishes under them."""
+        ...
+
+    def tenant_limits_get(self, tenant: str) -> TenantLimits:
+        """``tenant``'s own limits (all None if it has none).
+
+        Concurrency: a read of committed rows."""
+        ...
+
+    def tenant_usage(self, tenant: str) -> Usage:
+        """The counters the limits are decided on: ``tenant``'s runs in flight and its arrival
+        time under a starts/s limit; ``limits.GLOBAL`` is the whole fleet's row.
+
+        Concurrency: a read of committed rows; every transaction that starts or ends runs
+        changes them in the same transaction, so they equal the runs running at any commit."""
         ...
 
     def execution_heartbeat(

@@ -25,6 +25,7 @@ from typing import Any
 
 from onbeat.clock import Clock
 from onbeat.errors import TaskAborted, TaskCrashed, TaskNotFoundError, TaskTimeout
+from onbeat.limits import LimitDefaults
 from onbeat.metrics import Metrics
 from onbeat.model import Execution
 from onbeat.queue.base import DelayQueue, QueueItem
@@ -92,6 +93,11 @@ class Worker:
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.settings = settings
+        self._limits = LimitDefaults(
+            settings.max_in_flight,
+            settings.tenant_max_in_flight,
+            settings.tenant_max_starts_per_second,
+        )
         self.on_runs_woken: Callable[[], None] | None = None
         """Called after outcomes are written while runs wait for a predecessor (the embedded node
         wakes its scheduler, so a backlog drains at the pace of its runs, not of dispatch polls)."""
@@ -172,6 +178,7 @@ class Worker:
                 self.owner,
                 self.settings.lease_ttl,
                 self.settings.misfire_grace,
+                self._limits,
             )
         )
         try:
