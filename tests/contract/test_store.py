@@ -26,6 +26,7 @@ from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
 from onbeat.testing.store_contract_job_changes import JobChangesContract
 from onbeat.testing.store_contract_jobs import JobsContract
+from onbeat.testing.store_contract_limits import LimitsContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
 from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
@@ -91,5 +92,6 @@ class TestStore(
     HeartbeatContract,
     DashboardReadsContract,
     TaskCatalogContract,
+    LimitsContract,
 ):
     pass
