@@ -47,9 +47,8 @@ class Starts:
             self.small_done.set()
 
 
-async def _two_tenants(tmp_path: Path, big_limited: bool) -> Starts:
-    tmp_path.mkdir()
-    app = App(f"sqlite:///{tmp_path}/onbeat.db")
+async def _two_tenants(directory: Path, big_limited: bool) -> Starts:
+    app = App(f"sqlite:///{directory}/onbeat.db")
     starts = Starts()
 
     @app.task(name="big")
@@ -110,7 +109,7 @@ def _most_ahead_of_the_rate(times: list[float], since: float, rate: float) -> fl
 async def test_a_tenant_limited_in_starts_per_second_cannot_starve_a_small_one(
     tmp_path: Path,
 ) -> None:
-    limited = await _two_tenants(tmp_path / "limited", big_limited=True)
+    limited = await _two_tenants(tmp_path, big_limited=True)
     print(f"\nbig limited to {BIG_STARTS_PER_SECOND:.0f} starts/s: {_figures(limited)}")
     small = limited.delays["small"]
     assert len(small) == SMALL_RUNS
@@ -127,6 +126,6 @@ async def test_without_the_limit_the_small_tenant_waits_behind_the_backlog(
 ) -> None:
     """The same load with no limit: printed for comparison (how long ``small`` waits depends on
     how fast this machine drains ``big``'s backlog)."""
-    unlimited = await _two_tenants(tmp_path / "unlimited", big_limited=False)
+    unlimited = await _two_tenants(tmp_path, big_limited=False)
     print(f"\nno limit: {_figures(unlimited)}")
     assert len(unlimited.delays["small"]) == SMALL_RUNS
