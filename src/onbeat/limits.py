@@ -40,6 +40,11 @@ IN_FLIGHT_RECHECK_MAX = 2.0
 IN_FLIGHT_BACKOFF = 0.25
 """A held run is checked again after this fraction of the time it has waited (within the
 bounds above): its re-checks grow geometrically, so a long wait costs few of them."""
+MIN_STARTS_PER_SECOND = 1e-6
+"""The lowest starts/s limit a tenant may be given (one start per 11.6 days)."""
+MAX_STARTS_PER_SECOND = 1_000_000.0
+"""The highest starts/s limit a tenant may be given (beyond it a slot is under a microsecond, the
+store's time resolution)."""
 RATE_SLOT = "waits for its slot under the tenant's starts-per-second limit"
 """The reason of a queued run that holds a slot (its ``queued_at`` is the slot): stores find them
 by it, and such a run starts at its slot without taking another."""

@@ -146,7 +146,8 @@ class Settings(BaseSettings):
     )
     tenant_max_starts_per_second: float | None = Field(
         default=None,
-        gt=0,
+        ge=1e-6,
+        le=1e6,
         description="Most runs of one tenant started per second across the fleet, evenly spaced "
         "(a run beyond it gets the next free slot and starts then), for every tenant without its "
         "own; none by default.",
