@@ -439,3 +439,17 @@ def test_connection__refused_names_the_url() -> None:
     assert f"{url}/api/v1/jobs/abc" in str(raised.value)
     assert raised.value.url == f"{url}/api/v1/jobs/abc"
     assert isinstance(raised.value, ConnectionError)
+
+
+def test_tenant_limits__set_then_read_back_and_none_is_the_default(client: Client) -> None:
+    limits = client.set_tenant_limits("acme", max_in_flight=4, max_starts_per_second=0.5)
+    assert (limits.tenant, limits.max_in_flight, limits.max_starts_per_second) == ("acme", 4, 0.5)
+    assert client.get_tenant_limits("acme") == limits
+    cleared = client.set_tenant_limits("acme")
+    assert (cleared.max_in_flight, cleared.max_starts_per_second, cleared.running) == (
+        None,
+        None,
+        0,
+    )
+    with pytest.raises(ApiValidationError):
+        client.set_tenant_limits("acme", max_in_flight=-1)
