@@ -112,6 +112,8 @@ class LimitPlan:
     """Given a slot later than now: write it on the run, hand the run back due then."""
     held: list[tuple[str, datetime]] = field(default_factory=list)
     """Over a cap on runs in flight (or early for the slot it holds): hand back due then."""
+    spare: list[tuple[str, datetime]] = field(default_factory=list)
+    """Beyond ``max_starts``: hand back due as they were, for the next claim."""
     running: dict[str, int] = field(default_factory=dict)
     """Change of each counter (tenant, and ``GLOBAL``) by the runs this plan starts."""
     tat: dict[str, datetime] = field(default_factory=dict)
@@ -130,10 +132,13 @@ def plan_limits(
     global_cap: int | None,
     usage: Mapping[str, Usage],
     now: datetime,
+    max_starts: int | None = None,
 ) -> LimitPlan:
     """Decide which ``candidates`` start now, which get a slot under their tenant's rate and which
     wait for a place under a cap on runs in flight. ``limits`` are each tenant's limits in force,
-    ``usage`` the counters (``GLOBAL`` for the fleet) as locked by the claim."""
+    ``usage`` the counters (``GLOBAL`` for the fleet) as locked by the claim. Past ``max_starts``
+    (the caller's free places) a run that could start is handed back as it is (``spare``),
+    taking nothing."""
     plan = LimitPlan()
     running = {tenant: u.running for tenant, u in usage.items()}
     tat = {tenant: u.tat for tenant, u in usage.items()}
@@ -151,13 +156,19 @@ def plan_limits(
             plan.held.append((run.id, now + timedelta(seconds=in_flight_recheck(waited))))
             continue
         rate = rule.max_starts_per_second
+        at = now
         if run.slot is None and rate is not None:
             previous = tat.get(run.tenant)
             at = now if previous is None or previous < now else previous
-            tat[run.tenant] = plan.tat[run.tenant] = at + timedelta(seconds=1 / rate)
-            if at > now:
+            if at > now:  # a slot takes no place: given even when no place is free
+                tat[run.tenant] = plan.tat[run.tenant] = at + timedelta(seconds=1 / rate)
                 plan.slotted.append((run.id, at))
                 continue
+        if max_starts is not None and len(plan.start) >= max_starts:
+            plan.spare.append((run.id, run.waiting_since))
+            continue
+        if run.slot is None and rate is not None:
+            tat[run.tenant] = plan.tat[run.tenant] = at + timedelta(seconds=1 / rate)
         running[run.tenant] = after + 1
         running[GLOBAL] = total + 1
         plan.running[run.tenant] = plan.running.get(run.tenant, 0) + 1 - run.frees

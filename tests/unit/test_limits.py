@@ -131,3 +131,23 @@ def test_defaults__a_tenant_override_wins_field_by_field() -> None:
     assert defaults.of(None) == TenantLimits(10, 5.0)
     assert defaults.of(TenantLimits(max_in_flight=3)) == TenantLimits(3, 5.0)
     assert defaults.of(TenantLimits(None, 50.0)) == TenantLimits(10, 50.0)
+
+
+def test_max_starts__runs_past_the_free_places_go_back_as_they_were_taking_nothing() -> None:
+    runs = [_run(str(i), due=-1.0) for i in range(4)]
+    plan = plan_limits(runs, {}, None, {}, NOW, max_starts=2)
+    assert plan.start == ["0", "1"]
+    assert plan.spare == [("2", _s(-1.0)), ("3", _s(-1.0))]
+    assert plan.running == {"a": 2, GLOBAL: 2}
+
+
+def test_max_starts__slots_need_no_place_and_a_spare_run_takes_no_slot() -> None:
+    runs = [_run(str(i), tenant="b" if i == 0 else "a") for i in range(4)]
+    rule = {"a": TenantLimits(None, 10.0)}
+    plan = plan_limits(runs, rule, None, {"a": Usage(0, _s(-1.0))}, NOW, max_starts=1)
+    assert plan.start == ["0"]
+    assert plan.spare == [("1", NOW), ("2", NOW), ("3", NOW)], "could start now: no slot taken"
+    assert (plan.slotted, plan.tat) == ([], {})
+    backlog = plan_limits(runs, rule, None, {"a": Usage(0, _s(1.0))}, NOW, max_starts=1)
+    assert backlog.start == ["0"]
+    assert backlog.slotted == [("1", _s(1.0)), ("2", _s(1.1)), ("3", _s(1.2))]

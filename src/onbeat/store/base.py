@@ -113,6 +113,9 @@ class ClaimResult:
     waiting_jobs: frozenset[str] = frozenset()
     """Jobs with runs sent back to wait for a running predecessor (overlap=queue, a backlog): the
     end of a run of the job makes them due, and a dispatch pass then queues them."""
+    held_back: int = 0
+    """Runs the fleet limits handed back (in ``not_due``): they took none of the caller's places,
+    so its next claim may ask for that many more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +407,7 @@ class Store(Protocol):
         lease_ttl: float,
         misfire_grace: float,
         limits: LimitDefaults = NO_LIMITS,
+        max_starts: int | None = None,
     ) -> ClaimResult:
         """Flip queued executions to running with a lease and a new fencing token, as
         ``plan.plan_claim`` decides: the misfire policy for first starts later than
@@ -415,7 +419,8 @@ class Store(Protocol):
         on runs in flight, or whose slot under its tenant's starts/s limit is later, is handed
         back (``not_due``) due when it should be tried again; a slot is written on the run, which
         then starts at it without taking another. The counters of runs in flight are kept right
-        whether or not a limit applies.
+        whether or not a limit applies. At most ``max_starts`` runs start (the caller's free
+        places); others that could are handed back as they were.
 
         Concurrency: each run is started by one caller only (queued at write time); the overlap
         check sees every run a claim committed first (a per-job lock), so overlap=skip holds; a

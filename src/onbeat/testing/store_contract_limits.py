@@ -121,7 +121,8 @@ class LimitsContract:
         assert _due(result) == dict.fromkeys(ids[2:], recheck)
         assert all(_get(store, i).status is ExecutionStatus.QUEUED for i in ids[2:])
         assert _claim_under(store, ids[2:], limits).started == []
-        store.execution_finish_many([_ok(result.started[0])])
+        [acme_run] = [r for r in result.started if r.execution.id == ids[0]]
+        store.execution_finish_many([_ok(acme_run)])
         assert len(_claim_under(store, ids[2:], limits).started) == 1
         assert _running_count(store, "acme") == 2
 
@@ -170,7 +171,7 @@ class LimitsContract:
         later = _queued_runs(store, 1)
         clock.advance(0.25)
         assert _ids(_claim_under(store, [*ids[1:2], *later], limits).started) == {ids[1]}
-        assert _due(_claim_under(store, later, limits)) == {later[0]: _at(clock, 1.0).timestamp()}
+        assert _due(_claim_under(store, later, limits)) == {later[0]: _at(clock, 0.75).timestamp()}
         started = _get(store, ids[1])
         assert (started.status, started.reason) == (ExecutionStatus.RUNNING, None)
 
@@ -237,3 +238,19 @@ class LimitsContract:
         gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
         assert len(starts) == 2 * RACE_ROUNDS
         assert min(gaps) >= 1.0 - 1e-6, "two runs got one slot"
+
+    # -- the caller's free places ---------------------------------------------------------------
+
+    def test_execution_claim__max_starts_hands_the_rest_back_as_it_was(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        ids = _queued_runs(store, 3)
+        result = store.execution_claim(ids, WORKER, RUN_TTL, GRACE, LimitDefaults(), 1)
+        assert _ids(result.started) == {ids[0]}
+        assert _due(result) == {i: _get(store, i).due_at.timestamp() for i in ids[1:]}
+        assert result.held_back == 0
+        assert _running_count(store, "acme") == 1
+        slotted = _queued_runs(store, 3, tenant="zeta")
+        limits = LimitDefaults(tenant_max_starts_per_second=1.0)
+        result = store.execution_claim(slotted, WORKER, RUN_TTL, GRACE, limits, 1)
+        assert (len(result.started), result.held_back) == (1, 2)

@@ -38,6 +38,8 @@ class ClaimLimits:
     """Hand back to the queue, due then (slotted ones included)."""
     tat: dict[str, datetime] = field(default_factory=dict)
     """New arrival times, to write with the counters."""
+    held_back: int = 0
+    """Runs the limits held back (not those beyond the caller's free places)."""
 
 
 class LimitTransactions(SQLBase):
@@ -81,10 +83,11 @@ class LimitTransactions(SQLBase):
         frees: Mapping[str, int],
         defaults: LimitDefaults,
         now: datetime,
+        max_starts: int | None,
     ) -> ClaimLimits:
         """Decide the limits of the runs a claim would start (``rows``, claim candidates;
-        ``frees``: run id -> runs of its tenant its start cancels). Reads the tenants'
-        overrides; locks and reads the counters only if a limit applies."""
+        ``frees``: run id -> runs of its tenant its start cancels; at most ``max_starts`` start).
+        Reads the tenants' overrides; locks and reads the counters only if a limit applies."""
         tenants = sorted({r["tenant"] for r in rows})
         overrides = self._overrides(c, tenants) if tenants else {}
         limits = {t: defaults.of(overrides.get(t)) for t in tenants}
@@ -93,15 +96,18 @@ class LimitTransactions(SQLBase):
             for t, rule in limits.items()
             if rule.max_in_flight is not None or rule.max_starts_per_second is not None
         ]
-        slot_holders = any(r["reason"] == RATE_SLOT for r in rows)
-        if not limited and defaults.max_in_flight is None and not slot_holders:
-            return ClaimLimits({r["id"] for r in rows})
-        # The fleet's row first, always: tenant_usage_add writes it first too (lock order).
-        locked = [GLOBAL, *limited]
-        usage = {
-            r["tenant"]: Usage(r["running"], None if r["tat"] is None else from_us(r["tat"]))
-            for r in c.execute(self._q["tenant_usage_lock"], {"tenants": json.dumps(locked)})
-        }
+        usage: dict[str, Usage] = {}
+        if limited or defaults.max_in_flight is not None:
+            # The fleet's row first, always: tenant_usage_add writes it first too (lock order).
+            locked = json.dumps([GLOBAL, *limited])
+            usage = {
+                r["tenant"]: Usage(r["running"], None if r["tat"] is None else from_us(r["tat"]))
+                for r in c.execute(self._q["tenant_usage_lock"], {"tenants": locked})
+            }
+        elif (max_starts is None or len(rows) <= max_starts) and not any(
+            r["reason"] == RATE_SLOT for r in rows
+        ):
+            return ClaimLimits({r["id"] for r in rows})  # nothing to decide
         candidates = [
             LimitCandidate(
                 r["id"],
@@ -114,13 +120,18 @@ class LimitTransactions(SQLBase):
             )
             for r in rows
         ]
-        plan = plan_limits(candidates, limits, defaults.max_in_flight, usage, now)
+        plan = plan_limits(candidates, limits, defaults.max_in_flight, usage, now, max_starts)
         if plan.slotted:
             c.executemany(
                 self._q["execution_hold_for_slot"],
                 [{"id": i, "slot": to_us(slot), "reason": RATE_SLOT} for i, slot in plan.slotted],
             )
-        return ClaimLimits(set(plan.start), [*plan.held, *plan.slotted], plan.tat)
+        return ClaimLimits(
+            set(plan.start),
+            [*plan.held, *plan.slotted, *plan.spare],
+            plan.tat,
+            len(plan.held) + len(plan.slotted),
+        )
 
     def _usage_add(
         self,

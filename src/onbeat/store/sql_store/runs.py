@@ -49,6 +49,7 @@ class RunTransactions(LimitTransactions):
         lease_ttl: float,
         misfire_grace: float,
         limits: LimitDefaults = NO_LIMITS,
+        max_starts: int | None = None,
     ) -> ClaimResult:
         """Decide each run with ``plan_claim`` (pause, due, misfire, overlap), then the fleet
         limits of those it would start (``plan_limits``), then write the decisions in batches."""
@@ -126,7 +127,7 @@ class RunTransactions(LimitTransactions):
             frees = {new: len(victims) for new, victims in plan.replaced.items()}
             # as late as it can: a claim under a limit holds the counters' locks until commit
             limited = self._claim_limits(
-                c, [rows[run.id] for run in plan.start], frees, limits, now
+                c, [rows[run.id] for run in plan.start], frees, limits, now, max_starts
             )
             replaced = {k: v for k, v in plan.replaced.items() if k in limited.start}
             cancelled = self._replace(c, replaced, now_us)
@@ -179,7 +180,7 @@ class RunTransactions(LimitTransactions):
                 )
             )
         waiting = frozenset(run.job_id for run, _, why in plan.defer if why.startswith(WAITING))
-        return ClaimResult(runs, not_due, waiting)
+        return ClaimResult(runs, not_due, waiting, limited.held_back)
 
     def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> list[str]:
         """overlap=replace: cancel the running predecessors, fencing their tokens; returns, for
