@@ -151,3 +151,11 @@ def test_max_starts__slots_need_no_place_and_a_spare_run_takes_no_slot() -> None
     backlog = plan_limits(runs, rule, None, {"a": Usage(0, _s(1.0))}, NOW, max_starts=1)
     assert backlog.start == ["0"]
     assert backlog.slotted == [("1", _s(1.0)), ("2", _s(1.1)), ("3", _s(1.2))]
+
+
+def test_rate_slot__is_not_taken_for_a_run_waiting_for_a_predecessor() -> None:
+    """Stores wake runs whose reason starts with plan.WAITING; a slotted run must not be one."""
+    from onbeat.limits import RATE_SLOT
+    from onbeat.plan import WAITING
+
+    assert not RATE_SLOT.startswith(WAITING)
