@@ -18,6 +18,7 @@ from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import NotFoundError, TaskNotFoundError, ValidationError
 from onbeat.limits import (
+    MAX_IN_FLIGHT,
     MAX_STARTS_PER_SECOND,
     MIN_STARTS_PER_SECOND,
     TenantLimits,
@@ -440,9 +441,11 @@ class App:
         if max_in_flight is not None and (
             isinstance(max_in_flight, bool)
             or not isinstance(max_in_flight, int)
-            or max_in_flight < 0
+            or not 0 <= max_in_flight <= MAX_IN_FLIGHT
         ):
-            raise ValidationError("max_in_flight", "must be an integer >= 0, or null")
+            raise ValidationError(
+                "max_in_flight", f"must be an integer from 0 to {MAX_IN_FLIGHT}, or null"
+            )
         if max_starts_per_second is not None and (
             isinstance(max_starts_per_second, bool)
             or not isinstance(max_starts_per_second, int | float)

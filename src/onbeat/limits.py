@@ -40,6 +40,8 @@ IN_FLIGHT_RECHECK_MAX = 2.0
 IN_FLIGHT_BACKOFF = 0.25
 """A held run is checked again after this fraction of the time it has waited (within the
 bounds above): its re-checks grow geometrically, so a long wait costs few of them."""
+MAX_IN_FLIGHT = 1_000_000_000
+"""The highest cap on runs in flight a tenant may be given (the column is a 32-bit integer)."""
 MIN_STARTS_PER_SECOND = 1e-6
 """The lowest starts/s limit a tenant may be given (one start per 11.6 days)."""
 MAX_STARTS_PER_SECOND = 1_000_000.0

@@ -135,12 +135,14 @@ class Settings(BaseSettings):
     max_in_flight: int | None = Field(
         default=None,
         ge=0,
+        le=1_000_000_000,
         description="Most runs running at once across the whole fleet; none by default. Give "
         "every worker the same value: each claim enforces the value of the worker making it.",
     )
     tenant_max_in_flight: int | None = Field(
         default=None,
         ge=0,
+        le=1_000_000_000,
         description="Most runs of one tenant running at once across the fleet, for every tenant "
         "without its own (`PUT /api/v1/tenants/{tenant}/limits`); none by default.",
     )

@@ -54,6 +54,7 @@ async def test_put__out_of_range_values_are_422_and_change_nothing(
     for body, field in (
         ({"max_in_flight": -1}, "max_in_flight"),
         ({"max_in_flight": 1.5}, "max_in_flight"),
+        ({"max_in_flight": 2**63}, "max_in_flight"),
         ({"max_starts_per_second": 0}, "max_starts_per_second"),
         ({"max_starts_per_second": 5e-324}, "max_starts_per_second"),
         ({"max_in_flight": False}, "max_in_flight"),

@@ -18,7 +18,13 @@ from onbeat.api.deps import OnbeatApp
 from onbeat.api.problems import FieldError, ProblemError, problem_responses
 from onbeat.auth import Role
 from onbeat.errors import NotFoundError
-from onbeat.limits import MAX_STARTS_PER_SECOND, MIN_STARTS_PER_SECOND, TenantLimits, Usage
+from onbeat.limits import (
+    MAX_IN_FLIGHT,
+    MAX_STARTS_PER_SECOND,
+    MIN_STARTS_PER_SECOND,
+    TenantLimits,
+    Usage,
+)
 from onbeat.validation import MAX_TENANT
 
 router = APIRouter(prefix="/tenants", tags=["tenants"])
@@ -31,6 +37,7 @@ class TenantLimitsIn(BaseModel):
     max_in_flight: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_IN_FLIGHT,
         strict=True,
         description="Most runs of the tenant running at once; null: default.",
     )
