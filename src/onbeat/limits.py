@@ -22,6 +22,9 @@ it follows) only because that module is long enough already.
   so within what the limits allow the high tiers start first and get the earlier slots. A slot
   once given is kept: a high-priority run that arrives after a tenant's backlog got its slots
   waits behind them.
+- **Free places**: at most ``max_starts`` runs start (the claiming worker's free places); a run
+  that could start beyond them goes back as it was, taking no slot. A slot takes no place, so a
+  worker with few free places still gives a whole batch of a tenant's burst its slots.
 """
 
 from __future__ import annotations
