@@ -17,6 +17,13 @@ from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import NotFoundError, TaskNotFoundError, ValidationError
+from onbeat.limits import (
+    MAX_IN_FLIGHT,
+    MAX_STARTS_PER_SECOND,
+    MIN_STARTS_PER_SECOND,
+    TenantLimits,
+    Usage,
+)
 from onbeat.model import (
     DeadLetter,
     Execution,
@@ -413,6 +420,48 @@ class App:
             self.get_execution(execution_id, tenant=tenant)
         except NotFoundError:
             raise NotFoundError(f"dead letter {execution_id!r} not found") from None
+
+    # --- fleet limits -----------------------------------------------------------------------
+    def get_tenant_limits(self, tenant: str) -> tuple[TenantLimits, Usage]:
+        """``tenant``'s own limits (None fields: the fleet's defaults, ``Settings``) and its
+        counters (runs in flight now)."""
+        name = validation.tenant(tenant)
+        return self.store.tenant_limits_get(name), self.store.tenant_usage(name)
+
+    def set_tenant_limits(
+        self,
+        tenant: str,
+        *,
+        max_in_flight: int | None = None,
+        max_starts_per_second: float | None = None,
+    ) -> TenantLimits:
+        """Set ``tenant``'s own limits, enforced by every worker's next claim (None: the fleet's
+        default); ValidationError if a value is out of range."""
+        name = validation.tenant(tenant)
+        if max_in_flight is not None and (
+            isinstance(max_in_flight, bool)
+            or not isinstance(max_in_flight, int)
+            or not 0 <= max_in_flight <= MAX_IN_FLIGHT
+        ):
+            raise ValidationError(
+                "max_in_flight", f"must be an integer from 0 to {MAX_IN_FLIGHT}, or null"
+            )
+        if max_starts_per_second is not None and (
+            isinstance(max_starts_per_second, bool)
+            or not isinstance(max_starts_per_second, int | float)
+            or not MIN_STARTS_PER_SECOND <= max_starts_per_second <= MAX_STARTS_PER_SECOND
+        ):
+            raise ValidationError(
+                "max_starts_per_second",
+                f"must be a number from {MIN_STARTS_PER_SECOND:g} to {MAX_STARTS_PER_SECOND:g}, "
+                "or null",
+            )
+        limits = TenantLimits(
+            max_in_flight,
+            None if max_starts_per_second is None else float(max_starts_per_second),
+        )
+        self.store.tenant_limits_set(name, limits)
+        return limits
 
     # --- API keys ---------------------------------------------------------------------------
     def create_api_key(self, tenant: str, role: Role | str) -> tuple[ApiKey, str]:

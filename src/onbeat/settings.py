@@ -139,6 +139,30 @@ class Settings(BaseSettings):
         "publishes them on start); keep it well below `task_ttl`.",
     )
 
+    # --- fleet limits (enforced at claim, in the store, across every worker) ---------------
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000_000,
+        description="Most runs running at once across the whole fleet; none by default. Give "
+        "every worker the same value: each claim enforces the value of the worker making it.",
+    )
+    tenant_max_in_flight: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000_000,
+        description="Most runs of one tenant running at once across the fleet, for every tenant "
+        "without its own (`PUT /api/v1/tenants/{tenant}/limits`); none by default.",
+    )
+    tenant_max_starts_per_second: float | None = Field(
+        default=None,
+        ge=1e-6,
+        le=1e6,
+        description="Most runs of one tenant started per second across the fleet, evenly spaced "
+        "(a run beyond it gets the next free slot and starts then), for every tenant without its "
+        "own; none by default.",
+    )
+
     # --- schedulers ------------------------------------------------------------------------
     shards: int = Field(
         default=DEFAULT_SHARDS,

@@ -20,7 +20,15 @@ from onbeat.worker import Worker
 
 PROBLEM = "application/problem+json"
 Snapshot = dict[str, list[tuple[Any, ...]]]
-TABLES = ("jobs", "executions", "attempts", "dead_letters", "job_events", "api_keys")
+TABLES = (
+    "jobs",
+    "executions",
+    "attempts",
+    "dead_letters",
+    "job_events",
+    "api_keys",
+    "tenant_limits",
+)
 
 
 @pytest.fixture

@@ -163,7 +163,7 @@ async def test_openapi__declares_every_error_as_a_problem_document(
     assert response.status_code == 200
     spec = response.json()
     operations = [op for path in spec["paths"].values() for op in path.values()]
-    assert len(operations) == 19
+    assert len(operations) == 21
     for operation in operations:
         for status, declared in operation["responses"].items():
             if status[0] in "45":

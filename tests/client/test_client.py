@@ -447,3 +447,17 @@ def test_create_jobs__sent_again_with_its_key_returns_the_same_jobs(own_client: 
     again = own_client.create_jobs(specs, idempotency_key="import-7")
     assert [job.id for job in again] == [job.id for job in first]
     assert len(list(own_client.iter_jobs())) == 3
+
+
+def test_tenant_limits__set_then_read_back_and_none_is_the_default(client: Client) -> None:
+    limits = client.set_tenant_limits("acme", max_in_flight=4, max_starts_per_second=0.5)
+    assert (limits.tenant, limits.max_in_flight, limits.max_starts_per_second) == ("acme", 4, 0.5)
+    assert client.get_tenant_limits("acme") == limits
+    cleared = client.set_tenant_limits("acme")
+    assert (cleared.max_in_flight, cleared.max_starts_per_second, cleared.running) == (
+        None,
+        None,
+        0,
+    )
+    with pytest.raises(ApiValidationError):
+        client.set_tenant_limits("acme", max_in_flight=-1)

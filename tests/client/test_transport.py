@@ -61,6 +61,8 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "list_dead_letters": ((), {}),
     "replay_dead_letter": (("d1",), {}),
     "drop_dead_letter": (("d1",), {}),
+    "get_tenant_limits": (("t1",), {}),
+    "set_tenant_limits": (("t1",), {"max_in_flight": 3}),
     "list_tasks": ((), {}),
     "preview": (("* * * * *",), {}),
     "health": ((), {}),
@@ -90,7 +92,7 @@ def test_client__has_a_method_for_every_route_of_the_api(tmp_path: Path) -> None
         for method in operations
         if path.startswith("/api/v1/")
     }
-    called = {(m, re.sub(r"/(j1|e1|d1)(?=/|$)", "/{}", path)) for m, path in sent}
+    called = {(m, re.sub(r"/(j1|e1|d1|t1)(?=/|$)", "/{}", path)) for m, path in sent}
     assert called == routes
 
 

@@ -27,6 +27,7 @@ from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
 from onbeat.testing.store_contract_job_changes import JobChangesContract
 from onbeat.testing.store_contract_jobs import JobsContract
+from onbeat.testing.store_contract_limits import LimitsContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
 from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
@@ -93,5 +94,6 @@ class TestStore(
     DashboardReadsContract,
     TaskCatalogContract,
     AlertContract,
+    LimitsContract,
 ):
     pass

@@ -71,3 +71,28 @@ def test_open_store__an_unknown_scheme_is_named_without_its_password(clock: Fake
     with pytest.raises(StoreOpenError, match="unsupported scheme") as refused:
         open_store("mysql://onbeat:s3cret@db/onbeat", clock)
     assert "s3cret" not in str(refused.value)
+
+
+def test_migration_0008__counts_the_runs_running_at_the_upgrade(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The fleet limits' counters start right: a store upgraded while runs are running counts
+    them, per tenant and for the fleet."""
+    from onbeat.limits import GLOBAL
+    from onbeat.testing.store_contract import _new, _start
+
+    path = tmp_path / "onbeat.db"
+    store = open_store(_url(path), clock)
+    for tenant in ("acme", "acme", "zeta"):
+        _start(store, _new(tenant=tenant))
+    store.close()
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:  # as version 7 left it
+        db.execute("DROP TABLE tenant_usage")
+        db.execute("DROP TABLE tenant_limits")
+        db.execute("DELETE FROM onbeat_migrations WHERE version = 8")
+    store = open_store(_url(path), clock)
+    try:
+        running = {t: store.tenant_usage(t).running for t in (GLOBAL, "acme", "zeta")}
+    finally:
+        store.close()
+    assert running == {GLOBAL: 3, "acme": 2, "zeta": 1}

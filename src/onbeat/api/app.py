@@ -21,7 +21,7 @@ from onbeat.api.middleware import (
     RequestTimingMiddleware,
 )
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
-from onbeat.api.routes import dead_letters, executions, jobs, meta
+from onbeat.api.routes import dead_letters, executions, jobs, meta, tenants
 from onbeat.app import App
 from onbeat.metrics import CONTENT_TYPE, Metrics
 
@@ -50,7 +50,7 @@ def create_app(
         redoc_url=None,
     )
     api.state.onbeat = onbeat_app
-    for module in (jobs, executions, dead_letters, meta):
+    for module in (jobs, executions, dead_letters, meta, tenants):
         api.include_router(module.router, prefix=API_PREFIX)
     served = metrics or Metrics()
 
@@ -66,7 +66,7 @@ def create_app(
     api.add_middleware(DashboardFirst, onbeat=onbeat_app)  # the web UI at /, with its own sessions
     prefixes = {
         id(route): API_PREFIX
-        for module in (jobs, executions, dead_letters, meta)
+        for module in (jobs, executions, dead_letters, meta, tenants)
         for route in module.router.routes
     }
     api.add_middleware(RequestTimingMiddleware, metrics=served, prefixes=prefixes)  # outermost

@@ -79,6 +79,7 @@ from onbeat.client.results import (
     Readiness,
     ScheduleInfo,
     TaskInfo,
+    TenantLimitsInfo,
 )
 from onbeat.client.results import Json as Json
 from onbeat.client.transport import API_PREFIX as API_PREFIX
@@ -115,4 +116,5 @@ __all__ = [
     "ServerError",
     "ServiceUnavailableError",
     "TaskInfo",
+    "TenantLimitsInfo",
 ]

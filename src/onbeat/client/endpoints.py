@@ -21,6 +21,7 @@ from onbeat.client.results import (
     Preview,
     Readiness,
     TaskInfo,
+    TenantLimitsInfo,
     _items_of,
     _nothing,
     _page_of,
@@ -336,6 +337,24 @@ class _Api:
         """Remove the dead letter; the failed execution stays on record."""
         path = f"/dead-letters/{_segment(dead_letter_id, 'dead_letter_id')}"
         return _Request("DELETE", path, _nothing)
+
+    # --- tenants -------------------------------------------------------------------------------
+    @_Endpoint
+    def get_tenant_limits(tenant: str) -> _Request[TenantLimitsInfo]:
+        """The tenant's own fleet limits (None: the fleet's default) and its runs in flight."""
+        return _Request("GET", f"/tenants/{_segment(tenant, 'tenant')}/limits", TenantLimitsInfo.of)
+
+    @_Endpoint
+    def set_tenant_limits(
+        tenant: str,
+        *,
+        max_in_flight: int | None = None,
+        max_starts_per_second: float | None = None,
+    ) -> _Request[TenantLimitsInfo]:
+        """Replace the tenant's own limits (None: the fleet's default); needs an admin key."""
+        body = {"max_in_flight": max_in_flight, "max_starts_per_second": max_starts_per_second}
+        path = f"/tenants/{_segment(tenant, 'tenant')}/limits"
+        return _Request("PUT", path, TenantLimitsInfo.of, body=body)
 
     # --- tasks, schedules, health ---------------------------------------------------------------
     @_Endpoint

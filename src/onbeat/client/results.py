@@ -357,3 +357,24 @@ class Readiness:
 
 def _nothing(doc: Json) -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantLimitsInfo:
+    """A tenant's own fleet limits (None: the fleet's default applies) and its runs in flight."""
+
+    tenant: str
+    max_in_flight: int | None
+    max_starts_per_second: float | None
+    running: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, doc: Json) -> TenantLimitsInfo:
+        return cls(
+            tenant=doc["tenant"],
+            max_in_flight=doc["max_in_flight"],
+            max_starts_per_second=doc["max_starts_per_second"],
+            running=doc["running"],
+            raw=doc,
+        )

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from onbeat.auth import DEFAULT_TENANT, ApiKey
+from onbeat.limits import NO_LIMITS, LimitDefaults, TenantLimits, Usage
 from onbeat.model import (
     DeadLetter,
     Execution,
@@ -112,6 +113,9 @@ class ClaimResult:
     waiting_jobs: frozenset[str] = frozenset()
     """Jobs with runs sent back to wait for a running predecessor (overlap=queue, a backlog): the
     end of a run of the job makes them due, and a dispatch pass then queues them."""
+    held_back: int = 0
+    """Runs the fleet limits handed back (in ``not_due``): they took none of the caller's places,
+    so its next claim may ask for that many more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,16 +404,53 @@ class Store(Protocol):
 
     # --- worker role ----------------------------------------------------------------------
     def execution_claim(
-        self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
+        self,
+        execution_ids: Sequence[str],
+        owner: str,
+        lease_ttl: float,
+        misfire_grace: float,
+        limits: LimitDefaults = NO_LIMITS,
+        max_starts: int | None = None,
     ) -> ClaimResult:
         """Flip queued executions to running with a lease and a new fencing token, as
         ``plan.plan_claim`` decides: the misfire policy for first starts later than
         ``misfire_grace``, the overlap policy against runs already running at the fire time, a
         backlog in fire-time order. Executions that are cancelled, paused, already running or
         stale are not started; executions not yet due by the store's clock are handed back.
+        Then the fleet limits (``limits``: the global cap and the per-tenant defaults; each
+        tenant's overrides are the store's) as ``limits.plan_limits`` decides: a run over a cap
+        on runs in flight, or whose slot under its tenant's starts/s limit is later, is handed
+        back (``not_due``) due when it should be tried again; a slot is written on the run, which
+        then starts at it without taking another. The counters of runs in flight are kept right
+        whether or not a limit applies. At most ``max_starts`` runs start (the caller's free
+        places); others that could are handed back as they were.
 
         Concurrency: each run is started by one caller only (queued at write time); the overlap
-        check sees every run a claim committed first (a per-job lock), so overlap=skip holds."""
+        check sees every run a claim committed first (a per-job lock), so overlap=skip holds; a
+        claim under a limit locks the counters it decides on (the fleet's, then its tenants' by
+        name) until it commits, so two claims never both take the last place under a cap or the
+        same slot."""
+        ...
+
+    def tenant_limits_set(self, tenant: str, limits: TenantLimits) -> None:
+        """Set ``tenant``'s own limits (a None field: the fleet's default applies); the next claim
+        of its runs obeys them.
+
+        Concurrency: last write wins; a claim that read the old limits finishes under them."""
+        ...
+
+    def tenant_limits_get(self, tenant: str) -> TenantLimits:
+        """``tenant``'s own limits (all None if it has none).
+
+        Concurrency: a read of committed rows."""
+        ...
+
+    def tenant_usage(self, tenant: str) -> Usage:
+        """The counters the limits are decided on: ``tenant``'s runs in flight and its arrival
+        time under a starts/s limit; ``limits.GLOBAL`` is the whole fleet's row.
+
+        Concurrency: a read of committed rows; every transaction that starts or ends runs
+        changes them in the same transaction, so they equal the runs running at any commit."""
         ...
 
     def execution_heartbeat(

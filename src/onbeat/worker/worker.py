@@ -25,6 +25,7 @@ from typing import Any
 
 from onbeat.clock import Clock
 from onbeat.errors import TaskAborted, TaskCrashed, TaskNotFoundError, TaskTimeout
+from onbeat.limits import LimitDefaults
 from onbeat.metrics import Metrics
 from onbeat.model import Execution
 from onbeat.queue.base import DelayQueue, QueueItem
@@ -92,6 +93,13 @@ class Worker:
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.settings = settings
+        self._held_back = 0
+        """Runs the last claim's limits handed back (see ``claim_once``)."""
+        self._limits = LimitDefaults(
+            settings.max_in_flight,
+            settings.tenant_max_in_flight,
+            settings.tenant_max_starts_per_second,
+        )
         self.on_runs_woken: Callable[[], None] | None = None
         """Called after outcomes are written while runs wait for a predecessor (the embedded node
         wakes its scheduler, so a backlog drains at the pace of its runs, not of dispatch polls)."""
@@ -166,8 +174,11 @@ class Worker:
         free = self.settings.concurrency - self._executing
         if free <= 0:
             return 0, 0
+        # Runs the limits held back took no place: ask for as many more (the store starts at
+        # most `free`), so a tenant's burst gets its slots in few claims even when few are free.
+        ask = min(free + self._held_back, self.settings.claim_batch)
         try:
-            ids = await self.queue.claim_due(min(free, self.settings.claim_batch))
+            ids = await self.queue.claim_due(ask)
         except Exception:
             self._claims.failed("retrying with backoff")
             return 0, 0
@@ -181,6 +192,8 @@ class Worker:
                 self.owner,
                 self.settings.lease_ttl,
                 self.settings.misfire_grace,
+                self._limits,
+                free,
             )
         )
         try:
@@ -193,6 +206,7 @@ class Worker:
             await self._hand_back(ids)
             return 0, 0
         self._claims.succeeded()
+        self._held_back = claim.held_back
         self._start(claim.started)  # before any other await: every started run is tracked
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:

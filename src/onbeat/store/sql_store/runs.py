@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
+from onbeat.limits import NO_LIMITS, LimitDefaults
 from onbeat.model import (
     AttemptOutcome,
     ExecutionStatus,
@@ -32,18 +34,25 @@ from onbeat.store.rows import (
     from_us,
     to_us,
 )
-from onbeat.store.sql_store.base import Connection, Row, SQLBase, retried
+from onbeat.store.sql_store.base import Connection, Row, retried
+from onbeat.store.sql_store.limits import LimitTransactions
 
 
-class RunTransactions(SQLBase):
+class RunTransactions(LimitTransactions):
     """The worker's transactions: claim, heartbeat, finish and release runs."""
 
     @retried
     def execution_claim(
-        self, execution_ids: Sequence[str], owner: str, lease_ttl: float, misfire_grace: float
+        self,
+        execution_ids: Sequence[str],
+        owner: str,
+        lease_ttl: float,
+        misfire_grace: float,
+        limits: LimitDefaults = NO_LIMITS,
+        max_starts: int | None = None,
     ) -> ClaimResult:
-        """Decide each run with ``plan_claim`` (pause, due, misfire, overlap), then write the
-        decisions in batches."""
+        """Decide each run with ``plan_claim`` (pause, due, misfire, overlap), then the fleet
+        limits of those it would start (``plan_limits``), then write the decisions in batches."""
         now = self.now()
         now_us = to_us(now)
         with self._tx() as c:
@@ -115,14 +124,22 @@ class RunTransactions(SQLBase):
                         for run, due, why in plan.defer
                     ],
                 )
-            self._replace(c, plan.replaced, now_us)
+            frees = {new: len(victims) for new, victims in plan.replaced.items()}
+            # as late as it can: a claim under a limit holds the counters' locks until commit
+            limited = self._claim_limits(
+                c, [rows[run.id] for run in plan.start], frees, limits, now, max_starts
+            )
+            replaced = {k: v for k, v in plan.replaced.items() if k in limited.start}
+            cancelled = self._replace(c, replaced, now_us)
             if plan.catchup:
                 c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})
-            to_start = [rows[run.id] for run in plan.start]
+            to_start = [rows[run.id] for run in plan.start if run.id in limited.start]
             not_due = [
                 QueueItem(run.id, run.due_at, run.priority, run.shard) for run in plan.not_due
             ]
-            replaced = plan.replaced
+            not_due.extend(
+                QueueItem(i, due, rows[i]["priority"], rows[i]["shard"]) for i, due in limited.held
+            )
             started = c.execute(
                 self._q["execution_start_many"],
                 {
@@ -145,7 +162,10 @@ class RunTransactions(SQLBase):
                     for row in started
                 ],
             )
-        job_of = {r["id"]: r for r in to_start}
+            job_of = {r["id"]: r for r in to_start}
+            in_flight = Counter(job_of[row["id"]]["tenant"] for row in started)
+            in_flight.subtract(rows[newer]["tenant"] for newer in cancelled)
+            self._usage_add(c, in_flight, limited.tat)
         runs = []
         for row in started:
             r = job_of[row["id"]]
@@ -160,10 +180,12 @@ class RunTransactions(SQLBase):
                 )
             )
         waiting = frozenset(run.job_id for run, _, why in plan.defer if why.startswith(WAITING))
-        return ClaimResult(runs, not_due, waiting)
+        return ClaimResult(runs, not_due, waiting, limited.held_back)
 
-    def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> None:
-        """overlap=replace: cancel the running predecessors, fencing their tokens."""
+    def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> list[str]:
+        """overlap=replace: cancel the running predecessors, fencing their tokens; returns, for
+        each run cancelled, the newer run that replaced it."""
+        cancelled = []
         for newer, victims in replaced.items():
             why = f"replaced by execution {newer}"
             for victim in victims:
@@ -171,6 +193,7 @@ class RunTransactions(SQLBase):
                     self._q["execution_replace"], {"id": victim, "reason": why, "now": now_us}
                 ).fetchone()
                 if gone:
+                    cancelled.append(newer)
                     c.execute(
                         self._q["attempt_finish"],
                         {
@@ -181,6 +204,7 @@ class RunTransactions(SQLBase):
                             "now": now_us,
                         },
                     )
+        return cancelled
 
     @retried
     def execution_heartbeat(
@@ -284,6 +308,7 @@ class RunTransactions(SQLBase):
         self._dead_letter(c, dead)
         self._complete_one_shots(c, final)
         self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
+        self._usage_end(c, [r["tenant"] for r, _, _ in outcomes])  # last: the lock order
 
     @retried
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:

@@ -35,10 +35,11 @@ from onbeat.store.rows import (
     schedule_of,
     to_us,
 )
-from onbeat.store.sql_store.base import Connection, Row, SQLBase, retried
+from onbeat.store.sql_store.base import Connection, Row, retried
+from onbeat.store.sql_store.limits import LimitTransactions
 
 
-class SchedulingTransactions(SQLBase):
+class SchedulingTransactions(LimitTransactions):
     """The scheduler's transactions: shard leases, dispatch, repair, sweep and reap."""
 
     @retried
@@ -284,6 +285,7 @@ class SchedulingTransactions(SQLBase):
                 c, [r for r in reaped if r["status"] != ExecutionStatus.QUEUED.value]
             )
             self._wake_waiting(c, [r["job_id"] for r in reaped], now_us)
+            self._usage_end(c, [expired[r["id"]]["tenant"] for r in reaped])  # last: lock order
             return self._with_attempts(c, reaped)
 
 

@@ -192,7 +192,7 @@ RETURNING e.*;
 -- name: execution_claim_candidates
 -- The runs to claim, locked (their jobs are locked already, by jobs_lock_of_runs).
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
-       j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status
+       j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status, j.tenant
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
 FOR UPDATE OF e;
@@ -517,3 +517,44 @@ WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS BIGIN
 
 -- name: alert_retry
 UPDATE alerts SET next_attempt_at = :next_attempt_at, last_error = :error WHERE id = :id;
+
+-- --- fleet limits (onbeat.limits) ------------------------------------------------------------
+
+-- name: tenant_limits_of
+SELECT tenant, max_in_flight, max_starts_per_second FROM tenant_limits
+WHERE tenant IN (SELECT jsonb_array_elements_text(CAST(:tenants AS jsonb)));
+
+-- name: tenant_limits_put
+INSERT INTO tenant_limits (tenant, max_in_flight, max_starts_per_second, updated_at)
+VALUES (:tenant, :max_in_flight, :max_starts_per_second, :now)
+ON CONFLICT (tenant) DO UPDATE SET
+    max_in_flight = excluded.max_in_flight,
+    max_starts_per_second = excluded.max_starts_per_second, updated_at = excluded.updated_at;
+
+-- name: tenant_usage_lock
+-- The counters a claim decides on (created at zero if missing), locked until commit: the upsert
+-- locks each row, in the order given ('' first, then by name), as every writer of them does.
+INSERT INTO tenant_usage (tenant, running)
+SELECT t, 0 FROM jsonb_array_elements_text(CAST(:tenants AS jsonb)) AS t ORDER BY t
+ON CONFLICT (tenant) DO UPDATE SET running = tenant_usage.running
+RETURNING tenant, running, tat;
+
+-- name: tenant_usage_add
+-- One statement per transaction that starts or ends runs: :changes is a JSON array of
+-- {tenant, running (the change), tat (NULL: unchanged)}, applied in tenant order ('' first),
+-- the lock order of tenant_usage_lock.
+INSERT INTO tenant_usage (tenant, running, tat)
+SELECT c.tenant, c.running, c.tat
+FROM jsonb_to_recordset(CAST(:changes AS jsonb)) AS c(tenant text, running bigint, tat bigint)
+ORDER BY c.tenant
+ON CONFLICT (tenant) DO UPDATE SET
+    running = tenant_usage.running + excluded.running,
+    tat = coalesce(excluded.tat, tenant_usage.tat);
+
+-- name: tenant_usage_get
+SELECT running, tat FROM tenant_usage WHERE tenant = :tenant;
+
+-- name: execution_hold_for_slot
+-- A run given a slot under its tenant's starts/s limit: the slot is its hand-over to the queue
+-- (queued_at, so its lateness counts from the slot), the reason says it holds one.
+UPDATE executions SET queued_at = :slot, reason = :reason WHERE id = :id AND status = 'queued';

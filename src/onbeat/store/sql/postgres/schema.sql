@@ -164,3 +164,19 @@ CREATE TABLE alerts (
     last_error      TEXT
 );
 CREATE INDEX alerts_due ON alerts (next_attempt_at, id);
+
+-- Fleet limits: per-tenant overrides (NULL: the fleet's default), and the counters a claim
+-- decides on: runs in flight and the starts/s limit's theoretical arrival time (µs), one row per
+-- tenant and one for the fleet (tenant ''). Locked in that order: '' first, then by name.
+CREATE TABLE tenant_limits (
+    tenant                TEXT COLLATE "C" PRIMARY KEY,
+    max_in_flight         INTEGER,
+    max_starts_per_second DOUBLE PRECISION,
+    updated_at            BIGINT NOT NULL
+);
+
+CREATE TABLE tenant_usage (
+    tenant  TEXT COLLATE "C" PRIMARY KEY,
+    running BIGINT NOT NULL,
+    tat     BIGINT
+);

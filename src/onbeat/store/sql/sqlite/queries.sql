@@ -179,7 +179,7 @@ RETURNING *;
 
 -- name: execution_claim_candidates
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
-       j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status
+       j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status, j.tenant
 FROM executions e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
@@ -530,3 +530,42 @@ DELETE FROM alerts WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: alert_retry
 UPDATE alerts SET next_attempt_at = :next_attempt_at, last_error = :error WHERE id = :id;
+
+-- --- fleet limits (onbeat.limits) ------------------------------------------------------------
+
+-- name: tenant_limits_of
+SELECT tenant, max_in_flight, max_starts_per_second FROM tenant_limits
+WHERE tenant IN (SELECT value FROM json_each(:tenants));
+
+-- name: tenant_limits_put
+INSERT INTO tenant_limits (tenant, max_in_flight, max_starts_per_second, updated_at)
+VALUES (:tenant, :max_in_flight, :max_starts_per_second, :now)
+ON CONFLICT (tenant) DO UPDATE SET
+    max_in_flight = excluded.max_in_flight,
+    max_starts_per_second = excluded.max_starts_per_second, updated_at = excluded.updated_at;
+
+-- name: tenant_usage_lock
+-- The counters a claim decides on (created at zero if missing), locked until commit: in
+-- PostgreSQL the upsert locks each row, in the order given ('' first, then by name).
+INSERT INTO tenant_usage (tenant, running)
+SELECT value, 0 FROM json_each(:tenants) WHERE true ORDER BY value
+ON CONFLICT (tenant) DO UPDATE SET running = running
+RETURNING tenant, running, tat;
+
+-- name: tenant_usage_add
+-- One statement per transaction that starts or ends runs: :changes is a JSON array of
+-- {tenant, running (the change), tat (NULL: unchanged)}, sorted by tenant ('' first).
+INSERT INTO tenant_usage (tenant, running, tat)
+SELECT json_extract(value, '$.tenant'), json_extract(value, '$.running'),
+       json_extract(value, '$.tat')
+FROM json_each(:changes) WHERE true ORDER BY 1
+ON CONFLICT (tenant) DO UPDATE SET
+    running = running + excluded.running, tat = coalesce(excluded.tat, tat);
+
+-- name: tenant_usage_get
+SELECT running, tat FROM tenant_usage WHERE tenant = :tenant;
+
+-- name: execution_hold_for_slot
+-- A run given a slot under its tenant's starts/s limit: the slot is its hand-over to the queue
+-- (queued_at, so its lateness counts from the slot), the reason says it holds one.
+UPDATE executions SET queued_at = :slot, reason = :reason WHERE id = :id AND status = 'queued';

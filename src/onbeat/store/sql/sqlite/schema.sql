@@ -155,3 +155,19 @@ CREATE TABLE alerts (
     last_error      TEXT
 );
 CREATE INDEX alerts_due ON alerts (next_attempt_at, id);
+
+-- Fleet limits: per-tenant overrides (NULL: the fleet's default), and the counters a claim
+-- decides on: runs in flight and the starts/s limit's theoretical arrival time (µs), one row per
+-- tenant and one for the fleet (tenant '').
+CREATE TABLE tenant_limits (
+    tenant                TEXT PRIMARY KEY,
+    max_in_flight         INTEGER,
+    max_starts_per_second REAL,
+    updated_at            INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE tenant_usage (
+    tenant  TEXT PRIMARY KEY,
+    running INTEGER NOT NULL,
+    tat     INTEGER
+) WITHOUT ROWID;
