@@ -2,7 +2,8 @@
 
 A migration added without updating ``schema.sql``, or the other way round, fails here: the two are
 compared as the database describes them (columns with types, nullability, defaults and collations;
-indexes with their columns and predicates; constraints), not as text.
+indexes with their columns and predicates; constraints; partitions with their bounds; views with
+their columns and definitions), not as text.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def _sqlite_catalog(path: Path) -> Catalog:
                 ).fetchone()
                 name = index if origin == "c" else f"{table}.auto.{origin}.{columns}"
                 catalog[f"index {name}"] = [(unique, partial, *columns, predicate)]
+        for view, sql in c.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name"
+        ):
+            catalog[f"view {view}"] = [
+                (" ".join(sql.split()),),
+                *(tuple(r[1:]) for r in c.execute(f"PRAGMA table_xinfo({view})")),
+            ]
         return catalog
 
 
@@ -80,7 +88,27 @@ def _postgres_catalog(url: str) -> Catalog:
             " ORDER BY rel.relname, con.conname",
             args,
         ).fetchall()
-    return {"columns": columns, "indexes": indexes, "constraints": constraints}
+        partitions = c.execute(
+            "SELECT parent.relname, child.relname, pg_get_expr(child.relpartbound, child.oid),"
+            " pg_get_partkeydef(parent.oid)"
+            " FROM pg_inherits i JOIN pg_class parent ON parent.oid = i.inhparent"
+            " JOIN pg_class child ON child.oid = i.inhrelid"
+            " JOIN pg_namespace ns ON ns.oid = parent.relnamespace"
+            " WHERE ns.nspname = %(schema)s AND child.relkind IN ('r', 'p') ORDER BY 1, 2",
+            args,
+        ).fetchall()
+        views = c.execute(
+            "SELECT viewname, definition FROM pg_views WHERE schemaname = %(schema)s"
+            " ORDER BY viewname",
+            args,
+        ).fetchall()
+    return {
+        "columns": columns,
+        "indexes": indexes,
+        "constraints": constraints,
+        "partitions": partitions,
+        "views": views,
+    }
 
 
 def test_sqlite__migrations_build_schema_sql(tmp_path: Path) -> None:
@@ -92,7 +120,7 @@ def test_sqlite__migrations_build_schema_sql(tmp_path: Path) -> None:
         _sqlite_catalog(tmp_path / "declared.db"),
     )
     assert migrated == declared
-    assert any(key.startswith("executions") for key in migrated), "nothing was compared"
+    assert {"runs.columns", "execution_history.columns", "view executions"} <= set(migrated)
 
 
 def test_postgres__migrations_build_schema_sql() -> None:
@@ -103,6 +131,7 @@ def test_postgres__migrations_build_schema_sql() -> None:
         migrated, declared = _postgres_catalog(migrated_url), _postgres_catalog(declared_url)
     assert migrated == declared
     assert len(migrated["columns"]) > 50, "nothing was compared"
+    assert len(migrated["partitions"]) == 2 and len(migrated["views"]) == 1
 
 
 def test_postgres__the_migrations_are_recorded_and_run_once() -> None:

@@ -23,7 +23,7 @@ from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
 from onbeat.settings import DEFAULT_SHARDS
 from onbeat.store.queries import load_queries, migrations
-from onbeat.store.sql_store import SQLStore
+from onbeat.store.sql_store import Connection, SQLStore
 
 Q = load_queries("sqlite")
 BUSY_TIMEOUT = 30.0
@@ -149,6 +149,11 @@ class SQLiteStore(SQLStore):
                     if statement.strip():
                         c.execute(statement)
                 c.execute("INSERT INTO onbeat_migrations VALUES (?, ?)", (version, self._now_us()))
+
+    def _move_final(self, c: Connection, ids: str) -> None:
+        """Copy, then delete: SQLite has no data-modifying CTE."""
+        c.execute(Q["runs_archive"], {"ids": ids})
+        c.execute(Q["runs_delete_final"], {"ids": ids})
 
     def close(self) -> None:
         with self._lock:

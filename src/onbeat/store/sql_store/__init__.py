@@ -15,6 +15,7 @@ says what each method guarantees.
 
 from onbeat.store.sql_store.base import Connection, Cursor, Row, SQLBase, retried
 from onbeat.store.sql_store.dashboard import DashboardReads
+from onbeat.store.sql_store.history import HistoryTransactions
 from onbeat.store.sql_store.jobs import JobTransactions
 from onbeat.store.sql_store.registry import RegistryTransactions
 from onbeat.store.sql_store.runs import RunTransactions
@@ -29,5 +30,6 @@ class SQLStore(
     RunTransactions,
     DashboardReads,
     RegistryTransactions,
+    HistoryTransactions,
 ):
     """The transactions of ``Store`` over a backend's named statements (``_q``)."""

@@ -137,6 +137,7 @@ class RunTransactions(SQLBase):
                 [
                     {
                         "id": row["id"],
+                        "scheduled_for": row["scheduled_for"],
                         "attempt": row["attempt"],
                         "owner": owner,
                         "fencing_token": row["fencing_token"],
@@ -175,12 +176,14 @@ class RunTransactions(SQLBase):
                         self._q["attempt_finish"],
                         {
                             "id": victim,
+                            "scheduled_for": gone["scheduled_for"],
                             "fencing_token": gone["fencing_token"],
                             "outcome": AttemptOutcome.CANCELLED.value,
                             "error": why,
                             "now": now_us,
                         },
                     )
+                    self._archive(c, [victim])  # after its attempt: attempts, then history
 
     @retried
     def execution_heartbeat(
@@ -260,6 +263,7 @@ class RunTransactions(SQLBase):
             attempts.append(
                 {
                     "id": r["id"],
+                    "scheduled_for": r["scheduled_for"],
                     "fencing_token": done.fencing_token,
                     "outcome": outcome.value,
                     "error": done.error,
@@ -275,6 +279,7 @@ class RunTransactions(SQLBase):
                         "attempts": r["attempt"],
                         "error": done.error,
                         "now": now_us,
+                        "scheduled_for": r["scheduled_for"],
                     }
                 )
             if status.is_final:
@@ -282,6 +287,7 @@ class RunTransactions(SQLBase):
         c.executemany(self._q["execution_finish"], finishes)
         c.executemany(self._q["attempt_finish"], attempts)
         c.executemany(self._q["dead_letter_insert"], dead)
+        self._archive(c, [r["id"] for r in final])
         self._complete_one_shots(c, final)
         self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
 
