@@ -24,6 +24,7 @@ from onbeat.testing.store_contract_dispatch import DispatchContract
 from onbeat.testing.store_contract_fencing import FencingContract
 from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
+from onbeat.testing.store_contract_history import HistoryContract
 from onbeat.testing.store_contract_job_changes import JobChangesContract
 from onbeat.testing.store_contract_jobs import JobsContract
 from onbeat.testing.store_contract_recovery import RecoveryContract
@@ -91,5 +92,6 @@ class TestStore(
     HeartbeatContract,
     DashboardReadsContract,
     TaskCatalogContract,
+    HistoryContract,
 ):
     pass
