@@ -16,6 +16,9 @@ because the node is busy.
   does not hold; shards just taken over get every queued run checked, page by page.
 - reconcile: every active cron job of the held shards must have its next run planned; any
   without one is repaired, logged and counted, whatever the cause; every ``reconcile_interval``.
+- maintain history: day partitions created ahead and history past the retention dropped
+  (``Store.history_maintain``), on start and every ``history_maintain_interval``; every
+  scheduler runs it, and the store makes concurrent passes harmless.
 """
 
 from __future__ import annotations
@@ -244,6 +247,19 @@ class Scheduler:
         self.stats.repaired += repaired
         return repaired
 
+    async def maintain_history(self) -> None:
+        """Partitions ahead and retention of the execution history (``Store.history_maintain``)."""
+        s = self.settings
+        upkeep = await asyncio.to_thread(
+            self.store.history_maintain, s.execution_retention_days, s.partitions_ahead_days
+        )
+        if upkeep.dropped or upkeep.deleted:
+            log.info(
+                "history retention: %d partition(s) dropped, %d run(s) deleted",
+                len(upkeep.dropped),
+                upkeep.deleted,
+            )
+
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""
         s = self.settings
@@ -254,6 +270,9 @@ class Scheduler:
             asyncio.create_task(self._every(s.reap_interval, self.reap, stop)),
             asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
             asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
+            asyncio.create_task(
+                self._every(s.history_maintain_interval, self.maintain_history, stop)
+            ),
         ]
         try:
             await asyncio.gather(*loops)

@@ -144,3 +144,60 @@ def test_postgres__the_migrations_are_recorded_and_run_once() -> None:
         with psycopg.connect(url) as c:
             versions = [r[0] for r in c.execute("SELECT version FROM onbeat_migrations")]
     assert versions == [v for v, _ in migrations("postgres")]
+
+
+_OLD_ROWS = [
+    "INSERT INTO jobs (id, tenant, task, params, schedule_kind, timezone, max_attempts,"
+    " backoff_base, backoff_cap, overlap, misfire, catchup_window, priority, jitter, status,"
+    " shard, created_at, updated_at) VALUES ('job1', 'default', 't', '{}', 'cron', 'UTC', 1,"
+    " 1, 1, 'skip', 'run_once', 0, 0, 0, 'active', 0, 1, 1)",
+    "INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,"
+    " created_at) VALUES ('ok', 'job1', 0, 'schedule', 100, 100, 'succeeded', 0, 1),"
+    " ('dead', 'job1', 0, 'schedule', 200, 200, 'failed', 0, 1),"
+    " ('next', 'job1', 0, 'schedule', 300, 300, 'scheduled', 0, 1)",
+    "INSERT INTO attempts (execution_id, attempt, worker, fencing_token, started_at, outcome)"
+    " VALUES ('ok', 1, 'w', 1, 100, 'succeeded'), ('dead', 1, 'w', 1, 200, 'failed')",
+    "INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, created_at)"
+    " VALUES ('dead', 'job1', 'default', 1, 250)",
+]
+_MOVED = [
+    ("SELECT id FROM runs ORDER BY id", [("next",)]),
+    ("SELECT id FROM execution_history ORDER BY id", [("dead",), ("ok",)]),
+    ("SELECT id FROM executions ORDER BY id", [("dead",), ("next",), ("ok",)]),
+    ("SELECT execution_id, scheduled_for FROM attempts ORDER BY 1", [("dead", 200), ("ok", 100)]),
+    ("SELECT execution_id, scheduled_for FROM dead_letters", [("dead", 200)]),
+]
+
+
+def test_sqlite__the_history_migration_moves_every_run_where_it_belongs(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as c:  # as the version before it left a store
+        c.execute(
+            "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER)"
+        )
+        for version, script in migrations("sqlite")[:-1]:
+            c.executescript(script)
+            c.execute("INSERT INTO onbeat_migrations VALUES (?, 0)", (version,))
+        for statement in _OLD_ROWS:
+            c.execute(statement)
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as c:
+        assert [c.execute(query).fetchall() for query, _ in _MOVED] == [rows for _, rows in _MOVED]
+
+
+def test_postgres__the_history_migration_moves_every_run_where_it_belongs() -> None:
+    with fresh_schema() as url:
+        with psycopg.connect(url, autocommit=True) as c:  # as the version before it left a store
+            c.execute(
+                "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT)"
+            )
+            for version, script in migrations("postgres")[:-1]:
+                c.execute(script.encode())
+                c.execute("INSERT INTO onbeat_migrations VALUES (%s, 0)", (version,))
+            for statement in _OLD_ROWS:
+                c.execute(statement.encode())
+        PostgresStore(url).close()
+        with psycopg.connect(url) as c:
+            assert [c.execute(query.encode()).fetchall() for query, _ in _MOVED] == [
+                rows for _, rows in _MOVED
+            ]

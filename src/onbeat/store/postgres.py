@@ -175,6 +175,10 @@ class PostgresStore(SQLStore):
     def _lock_shard_map(self, c: Connection) -> None:
         c.execute(self._q["shard_map_lock"])
 
+    def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
+        """One data-modifying CTE per run: DELETE ... RETURNING into the history's INSERT."""
+        c.executemany(self._q["execution_finish_final"], finishes)
+
     def _move_final(self, c: Connection, ids: str) -> None:
         """One data-modifying CTE: DELETE ... RETURNING into the history's INSERT."""
         c.execute(self._q["runs_archive"], {"ids": ids})

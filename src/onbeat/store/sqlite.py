@@ -14,10 +14,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
@@ -149,6 +150,11 @@ class SQLiteStore(SQLStore):
                     if statement.strip():
                         c.execute(statement)
                 c.execute("INSERT INTO onbeat_migrations VALUES (?, ?)", (version, self._now_us()))
+
+    def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
+        """Copy, then delete: SQLite has no data-modifying CTE."""
+        c.executemany(Q["execution_finish_final"], finishes)
+        c.executemany(Q["execution_finish_final_delete"], finishes)
 
     def _move_final(self, c: Connection, ids: str) -> None:
         """Copy, then delete: SQLite has no data-modifying CTE."""

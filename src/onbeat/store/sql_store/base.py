@@ -130,6 +130,11 @@ class SQLBase:
         """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
         from them, one at a time across processes."""
 
+    def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
+        """Move running runs (tokens checked) to the history with their final outcome, the
+        ``execution_finish`` parameters of each, without updating the hot row first."""
+        raise NotImplementedError
+
     def _move_final(self, c: Connection, ids: str) -> None:
         """Move the runs of ``ids`` (a JSON array) that are final from ``runs`` to
         ``execution_history``, in whichever statements suit the backend."""

@@ -284,10 +284,14 @@ class RunTransactions(SQLBase):
                 )
             if status.is_final:
                 final.append(r)
-        c.executemany(self._q["execution_finish"], finishes)
+        # attempts before runs and history, in every transaction (a lock order)
         c.executemany(self._q["attempt_finish"], attempts)
+        c.executemany(
+            self._q["execution_finish"],
+            [f for f in finishes if not ExecutionStatus(f["status"]).is_final],
+        )
+        self._finish_final(c, [f for f in finishes if ExecutionStatus(f["status"]).is_final])
         c.executemany(self._q["dead_letter_insert"], dead)
-        self._archive(c, [r["id"] for r in final])
         self._complete_one_shots(c, final)
         self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
 

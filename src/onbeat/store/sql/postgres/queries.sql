@@ -276,6 +276,21 @@ SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last
     attempt = attempt - :uncount_attempt
 WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 
+-- name: execution_finish_final
+-- A running run's final outcome (the caller checked its token): moved from runs straight into
+-- the history with its final values, one delete and one insert, no update of the hot row first.
+WITH gone AS (
+    DELETE FROM runs WHERE id = :id AND fencing_token = :fencing_token AND status = 'running'
+    RETURNING *)
+INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status, attempt,
+                               priority, lease_owner, lease_expires_at, fencing_token, result,
+                               last_error, reason, created_at, started_at, finished_at, catchup,
+                               queued_at)
+SELECT id, job_id, shard, trigger, scheduled_for, due_at, :status, attempt - :uncount_attempt,
+       priority, NULL, NULL, fencing_token, :result, :error, :reason, created_at, started_at, :now,
+       catchup, queued_at
+FROM gone;
+
 -- name: dead_letter_insert
 INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at,
                           scheduled_for)

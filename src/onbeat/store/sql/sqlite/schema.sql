@@ -53,12 +53,11 @@ CREATE TABLE runs (
     finished_at      INTEGER,
     catchup          INTEGER NOT NULL DEFAULT 0,     -- run by the misfire policy although missed
     queued_at        INTEGER,                        -- handed to the delay queue
-    UNIQUE (job_id, scheduled_for, trigger)
+    UNIQUE (job_id, scheduled_for, trigger)          -- also the look-up of a job's runs
 );
 CREATE INDEX runs_dispatch ON runs (shard, status, due_at);
 CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE status = 'running';
-CREATE INDEX runs_job ON runs (job_id, status);
 
 -- Final runs (succeeded, failed, cancelled, skipped), written once; retention deletes them by
 -- fire time (Store.history_maintain).

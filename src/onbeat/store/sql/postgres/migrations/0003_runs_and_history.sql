@@ -27,14 +27,13 @@ CREATE TABLE runs (
     finished_at      BIGINT,
     catchup          BOOLEAN NOT NULL DEFAULT FALSE,
     queued_at        BIGINT,
-    UNIQUE (job_id, scheduled_for, trigger)
+    UNIQUE (job_id, scheduled_for, trigger)          -- also the look-up of a job's runs
 );
 -- Pending runs of a shard by due time: dispatch and sweep read ranges of it.
 CREATE INDEX runs_dispatch ON runs (shard, status, due_at) WHERE status IN ('scheduled', 'queued');
 -- The reaper's range read, and a worker's heartbeat.
 CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE status = 'running';
-CREATE INDEX runs_job ON runs (job_id, status);
 
 -- Final runs (succeeded, failed, cancelled, skipped), written once, partitioned by fire time into
 -- one partition per UTC day (execution_history_pYYYYMMDD, created ahead by
