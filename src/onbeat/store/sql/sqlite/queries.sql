@@ -482,11 +482,20 @@ ORDER BY s.owner;
 SELECT count(*) FROM (SELECT 1 FROM dead_letters WHERE tenant = :tenant LIMIT :limit);
 
 -- name: execution_last_of_jobs
--- Per job, from its newest fire time back (the unique index), the first run that is not pending.
-SELECT e.* FROM json_each(:ids) AS j
-JOIN executions e ON e.id = (
-    SELECT n.id FROM executions n
-    WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
+-- Per job, its newest final run (the history's (job_id, scheduled_for) index, backwards) and its
+-- newest running one (runs' unique key): the caller keeps the later of the two. Each table is
+-- read alone: a join through the view by id would read all of it.
+SELECT h.* FROM json_each(:ids) AS j
+JOIN execution_history h ON h.id = (
+    SELECT n.id FROM execution_history n
+    WHERE n.job_id = j.value
+    ORDER BY n.scheduled_for DESC
+    LIMIT 1)
+UNION ALL
+SELECT r.* FROM json_each(:ids) AS j
+JOIN runs r ON r.id = (
+    SELECT n.id FROM runs n
+    WHERE n.job_id = j.value AND n.status = 'running'
     ORDER BY n.scheduled_for DESC
     LIMIT 1);
 
