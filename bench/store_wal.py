@@ -55,21 +55,24 @@ def _lsn_text(position: int) -> str:
     return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
 
 
-_RECORD = re.compile(r"len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*(\d+),")
+_RECORD = re.compile(r"len \(rec/tot\):\s*(\d+)/\s*(\d+), tx:\s*(\d+),")
 _RELATION = re.compile(r"rel \d+/(\d+)/(\d+)")
 
 
-def attributed_wal(waldump: str, url: str, start: int, end: int) -> int:
-    """Bytes of WAL between ``start`` and ``end`` that this schema's relations caused: records
-    touching them, and every record (commits) of the transactions that wrote those."""
+def attributed_wal(
+    waldump: str, url: str, start: int, end: int, without_page_images: bool = False
+) -> dict[str, int]:
+    """Bytes of WAL between ``start`` and ``end`` that this schema's relations caused, by
+    relation: records touching them, and every other record (commits, locks of nothing of ours)
+    of the transactions that wrote those, under ``(transaction)``."""
     with psycopg.connect(url) as c:
         database = c.execute(
             "SELECT oid FROM pg_database WHERE datname = current_database()"
         ).fetchone()
         files = {
-            str(r[0])
+            str(r[0]): str(r[1])
             for r in c.execute(
-                "SELECT pg_relation_filenode(c.oid) FROM pg_class c"
+                "SELECT pg_relation_filenode(c.oid), c.relname FROM pg_class c"
                 " JOIN pg_namespace n ON n.oid = c.relnamespace"
                 " WHERE n.nspname = current_schema()"
                 " AND pg_relation_filenode(c.oid) IS NOT NULL"
@@ -84,17 +87,32 @@ def attributed_wal(waldump: str, url: str, start: int, end: int) -> int:
         check=False,
     ).stdout
     ours_tx: set[str] = set()
-    records: list[tuple[int, str, bool]] = []
+    records: list[tuple[int, str, str | None]] = []
     for line in dump.splitlines():
         found = _RECORD.search(line)
         if found is None:
             continue
-        mine = any(db == str(database[0]) and node in files for db, node in _RELATION.findall(line))
-        size, tx = int(found.group(1)), found.group(2)
-        if mine and tx != "0":
+        relation = next(
+            (
+                files[node]
+                for db, node in _RELATION.findall(line)
+                if db == str(database[0]) and node in files
+            ),
+            None,
+        )
+        # tot: with full-page images (the first change of a page after a checkpoint, so it
+        # depends on when checkpoints fall); rec: without them, the same every round.
+        size = int(found.group(1 if without_page_images else 2))
+        tx = found.group(3)
+        if relation is not None and tx != "0":
             ours_tx.add(tx)
-        records.append((size, tx, mine))
-    return sum(size for size, tx, mine in records if mine or tx in ours_tx)
+        records.append((size, tx, relation))
+    by_relation: dict[str, int] = {}
+    for size, tx, relation in records:
+        if relation is not None or tx in ours_tx:
+            key = relation or "(transaction)"
+            by_relation[key] = by_relation.get(key, 0) + size
+    return by_relation
 
 
 def _in_batches(ids: Sequence[str], size: int, work: Callable[[Sequence[str]], object]) -> None:
@@ -149,8 +167,15 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
             wal["finish"] = spans["finish"][1] - before
         finally:
             store.close()
+        relations: dict[str, dict[str, int]] = {}
+        records_only: dict[str, int] = {}
         if waldump is not None:
-            wal = {p: attributed_wal(waldump, url, *span) for p, span in spans.items()}
+            relations = {p: attributed_wal(waldump, url, *span) for p, span in spans.items()}
+            wal = {p: sum(by_relation.values()) for p, by_relation in relations.items()}
+            records_only = {
+                p: sum(attributed_wal(waldump, url, *span, without_page_images=True).values())
+                for p, span in spans.items()
+            }
         time.sleep(1.5)  # the closed connections' table statistics reach the server
         with psycopg.connect(url) as c:
             tables = {
@@ -161,7 +186,12 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
                     " WHERE schemaname = current_schema() ORDER BY relname"
                 )
             }
-    return {"wal": wal, "tables": tables}
+    return {
+        "wal": wal,
+        "wal_without_page_images": records_only,
+        "tables": tables,
+        "wal_by_relation": relations,
+    }
 
 
 def main() -> None:
@@ -184,6 +214,13 @@ def main() -> None:
     rows.append(
         f"  rounds    {', '.join(f'{t:.0f}' for t in totals)} B/run; median {statistics.median(totals):.0f}"
     )
+    if rounds[0]["wal_without_page_images"]:
+        bare = {p: min(r["wal_without_page_images"][p] for r in rounds) / args.runs for p in PHASES}
+        rows.append(
+            "  without full-page images: "
+            + ", ".join(f"{p} {bare[p]:.0f}" for p in PHASES)
+            + f"; total {sum(bare.values()):.0f} B/run"
+        )
     print("WAL per execution\n" + "\n".join(rows))
     print("tables (last round): updates, HOT updates, bytes at rest per run")
     for name, t in rounds[-1]["tables"].items():
@@ -193,6 +230,14 @@ def main() -> None:
                 f"  {name:<28} {t['updates']:>8} {t['hot_updates']:>8} ({hot:>5})"
                 f" {t['bytes'] / args.runs:8.0f}"
             )
+    if rounds[-1]["wal_by_relation"]:
+        print("WAL per run by relation and phase (last round)")
+        by_phase = rounds[-1]["wal_by_relation"]
+        names = sorted({n for phase in by_phase.values() for n in phase})
+        print(f"  {'relation':<44}" + "".join(f"{p:>10}" for p in PHASES))
+        for name in names:
+            cells = "".join(f"{by_phase[p].get(name, 0) / args.runs:10.0f}" for p in PHASES)
+            print(f"  {name:<44}{cells}")
     print(json.dumps({"per_run": per_run, "rounds": rounds}))
 
 
