@@ -199,7 +199,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Days of final runs (and their attempts) kept, counted by fire time in whole "
         "UTC days; older ones are dropped (PostgreSQL: their day partitions), except a day that "
-        "holds an unresolved dead letter or a run not final yet. 0 keeps them forever.",
+        "holds an unresolved dead letter, a run not final yet or one that ended within the "
+        "retention. 0 keeps them forever.",
     )
     partitions_ahead_days: int = Field(
         default=7,

@@ -525,8 +525,8 @@ class Store(Protocol):
         yesterday to today + ``ahead_days`` (the rows of such a day that landed in the DEFAULT
         partition move into it), and detach and drop those of days older than
         ``retention_days``. Every backend: delete, in batches, older runs and attempts that sit
-        outside a day partition. A day holding an unresolved dead letter or a run not final yet
-        is kept whole (logged). ``retention_days`` 0 keeps everything. Days are UTC days of
+        outside a day partition. A day holding an unresolved dead letter, a run not final yet or
+        a run that ended within the retention is kept whole (logged). ``retention_days`` 0 keeps everything. Days are UTC days of
         the fire time, on the store's clock.
 
         Concurrency: each step is idempotent and runs under a lock of its own (PostgreSQL: an

@@ -142,7 +142,7 @@ class HistoryContract:
         assert store.history_maintain(0, ahead_days=2).kept == []  # 0: keep forever
         assert _get(store, recent.execution.id).status is ExecutionStatus.SUCCEEDED
 
-    def test_history__a_replayed_dead_letter_keeps_its_day_and_runs_again(
+    def test_history__a_replayed_dead_letter_keeps_its_day_until_it_ended_a_retention_ago(
         self, store: Store, clock: FakeClock
     ) -> None:
         dead = _start(store, _new(retry=RetryPolicy(max_attempts=1)))
@@ -155,6 +155,8 @@ class HistoryContract:
         assert len(replayed.attempts) == 1  # its day's attempts are kept with it
         again = _claim(store, next(iter({i.execution_id for i in _dispatch(store)})))
         assert store.execution_finish_many([_ok(again)]) == [dead.execution.id]
+        assert _get(store, dead.execution.id).status is ExecutionStatus.SUCCEEDED
+        store.history_maintain(RETENTION_DAYS, ahead_days=1)  # it ended within the retention
         assert _get(store, dead.execution.id).status is ExecutionStatus.SUCCEEDED
 
     def test_history__maintained_by_two_stores_at_once(

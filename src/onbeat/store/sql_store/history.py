@@ -2,8 +2,9 @@
 
 A day is a UTC day counted by fire time (``scheduled_for``): the unit of partitioning (PostgreSQL)
 and of retention (every backend). A day before the retention line is kept whole while it holds an
-unresolved dead letter (a human decides about those, never retention) or a run not final yet (a
-replayed dead letter, a retry of an old fire time): its attempts must stay with it.
+unresolved dead letter (a human decides about those, never retention), a run not final yet (a
+replayed dead letter, a retry of an old fire time: its attempts must stay with it) or a run that
+ended within the retention (so a run is kept at least that long after it ended).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class HistoryTransactions(SQLBase):
             )
         if protected:
             log.info(
-                "history retention keeps %d day(s) past %d days: unresolved dead letters or "
-                "runs not final yet (%s)",
+                "history retention keeps %d day(s) past %d days: unresolved dead letters, "
+                "runs not final yet or ended lately (%s)",
                 len(protected),
                 retention_days,
                 ", ".join(day_date(d) for d in protected[:10]),

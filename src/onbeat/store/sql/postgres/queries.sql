@@ -539,10 +539,15 @@ DELETE FROM execution_history WHERE id = :id AND scheduled_for = :scheduled_for;
 
 -- name: history_protected_days
 -- The UTC days (number since the epoch) before :cutoff that retention must keep: a day holding an
--- unresolved dead letter (a human decides about those) or a run not final yet.
+-- unresolved dead letter (a human decides about those), a run not final yet, or a run that
+-- ended within the retention (a late retry, a replayed dead letter: read through the
+-- history's finished_at index, a short range).
 SELECT scheduled_for / 86400000000 AS day FROM dead_letters WHERE scheduled_for < :cutoff
 UNION
-SELECT scheduled_for / 86400000000 FROM runs WHERE scheduled_for < :cutoff;
+SELECT scheduled_for / 86400000000 FROM runs WHERE scheduled_for < :cutoff
+UNION
+SELECT scheduled_for / 86400000000 FROM execution_history
+WHERE finished_at >= :cutoff AND scheduled_for < :cutoff;
 
 -- name: history_delete_expired
 -- A batch of the DEFAULT partition's runs older than the retention (day partitions are dropped
