@@ -122,31 +122,33 @@ def load_template(url: str, runs: int) -> int:
         queued = conn.execute("SELECT count(*) FROM executions WHERE status = 'queued'").fetchone()
         assert queued is not None and queued[0] == runs, f"{queued} queued, wanted {runs}"
         conn.execute("CREATE TABLE bench_jobs AS SELECT * FROM jobs")
-        conn.execute("CREATE TABLE bench_executions AS SELECT * FROM executions")
+        conn.execute("CREATE TABLE bench_executions AS SELECT * FROM runs")
     return loaded_at
 
 
 def restore(url: str, loaded_at: int) -> list[str]:
     """Put the template's rows back, as if queued just now; returns the run ids in due order."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE attempts, dead_letters, job_events, executions, jobs CASCADE")
+        conn.execute(
+            "TRUNCATE attempts, dead_letters, job_events, runs, execution_history, jobs CASCADE"
+        )
         conn.execute("INSERT INTO jobs SELECT * FROM bench_jobs")
         columns = [
             r[0]
             for r in conn.execute(
                 "SELECT column_name FROM information_schema.columns"
-                " WHERE table_schema = current_schema() AND table_name = 'executions'"
+                " WHERE table_schema = current_schema() AND table_name = 'runs'"
                 " ORDER BY ordinal_position"
             )
         ]
         shift = int(time.time() * 1_000_000) - loaded_at
         select = ", ".join(f"{c} + {shift}" if c in TIME_COLUMNS else c for c in columns)
         conn.execute(
-            f"INSERT INTO executions ({', '.join(columns)}) SELECT {select} FROM bench_executions"
+            f"INSERT INTO runs ({', '.join(columns)}) SELECT {select} FROM bench_executions"
         )
-        conn.execute("VACUUM ANALYZE jobs, executions, attempts")
+        conn.execute("VACUUM ANALYZE jobs, runs, attempts")
         conn.execute("CHECKPOINT")
-        return [r[0] for r in conn.execute("SELECT id FROM executions ORDER BY due_at, id")]
+        return [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY due_at, id")]
 
 
 def check_finished(url: str, runs: int) -> None:

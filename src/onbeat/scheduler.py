@@ -18,6 +18,9 @@ because the node is busy.
   without one is repaired, logged and counted, whatever the cause; every ``reconcile_interval``.
 - alerts: with a webhook configured, deliver the alert outbox (``onbeat.alerts``), every
   ``alert_interval``; safe for any number of schedulers at once.
+- maintain history: day partitions created ahead and history past the retention dropped
+  (``Store.history_maintain``), on start and every ``history_maintain_interval``; every
+  scheduler runs it, and the store makes concurrent passes harmless.
 """
 
 from __future__ import annotations
@@ -247,6 +250,19 @@ class Scheduler:
         self.stats.repaired += repaired
         return repaired
 
+    async def maintain_history(self) -> None:
+        """Partitions ahead and retention of the execution history (``Store.history_maintain``)."""
+        s = self.settings
+        upkeep = await asyncio.to_thread(
+            self.store.history_maintain, s.execution_retention_days, s.partitions_ahead_days
+        )
+        if upkeep.dropped or upkeep.deleted:
+            log.info(
+                "history retention: %d partition(s) dropped, %d run(s) deleted",
+                len(upkeep.dropped),
+                upkeep.deleted,
+            )
+
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""
         s = self.settings
@@ -257,6 +273,9 @@ class Scheduler:
             asyncio.create_task(self._every(s.reap_interval, self.reap, stop)),
             asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
             asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
+            asyncio.create_task(
+                self._every(s.history_maintain_interval, self.maintain_history, stop)
+            ),
         ]
         alerts = None
         if s.alert_webhook_url is not None:

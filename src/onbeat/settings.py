@@ -226,6 +226,26 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds between checks that every cron job has its next run.",
     )
+    execution_retention_days: int = Field(
+        default=30,
+        ge=0,
+        description="Days of final runs (and their attempts) kept, counted by fire time in whole "
+        "UTC days; older ones are dropped (PostgreSQL: their day partitions), except a day that "
+        "holds an unresolved dead letter, a run not final yet or one that ended within the "
+        "retention. 0 keeps them forever.",
+    )
+    partitions_ahead_days: int = Field(
+        default=7,
+        ge=0,
+        description="PostgreSQL: days of history partitions created ahead of today (a run whose "
+        "day has none lands in the DEFAULT partition and moves when the day's is created).",
+    )
+    history_maintain_interval: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds between a scheduler's passes of history upkeep (partitions ahead, "
+        "retention); it also runs one on start.",
+    )
 
     # --- alerts ----------------------------------------------------------------------------
     alert_webhook_url: str | None = Field(

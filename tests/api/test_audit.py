@@ -50,7 +50,8 @@ async def test_audit__a_fire_without_a_record_is_missing(
     path = onbeat_app.settings.database_url.removeprefix("sqlite:///")
     with closing(sqlite3.connect(path)) as db, db:  # the record vanishes behind onbeat's back
         db.execute("DELETE FROM attempts WHERE execution_id = ?", (lost.id,))
-        db.execute("DELETE FROM executions WHERE id = ?", (lost.id,))
+        db.execute("DELETE FROM runs WHERE id = ?", (lost.id,))
+        db.execute("DELETE FROM execution_history WHERE id = ?", (lost.id,))
     report = (await client.get(f"/jobs/{job_id}/audit")).json()
     assert (report["expected"], report["missing"], report["records"]) == (
         4,

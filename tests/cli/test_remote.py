@@ -359,7 +359,8 @@ def lose_records(node: Node, execution_id: str) -> None:
     with contextlib.closing(sqlite3.connect(path, timeout=10)) as db, db:
         db.execute("DELETE FROM attempts WHERE execution_id = ?", (execution_id,))
         db.execute("DELETE FROM dead_letters WHERE execution_id = ?", (execution_id,))
-        db.execute("DELETE FROM executions WHERE id = ?", (execution_id,))
+        db.execute("DELETE FROM runs WHERE id = ?", (execution_id,))
+        db.execute("DELETE FROM execution_history WHERE id = ?", (execution_id,))
 
 
 # --- connection and auth --------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A migration added without updating ``schema.sql``, or the other way round, fails here: the two are
 compared as the database describes them (columns with types, nullability, defaults and collations;
-indexes with their columns and predicates; constraints), not as text.
+indexes with their columns and predicates; constraints; partitions with their bounds; views with
+their columns and definitions), not as text.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def _sqlite_catalog(path: Path) -> Catalog:
                 ).fetchone()
                 name = index if origin == "c" else f"{table}.auto.{origin}.{columns}"
                 catalog[f"index {name}"] = [(unique, partial, *columns, predicate)]
+        for view, sql in c.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name"
+        ):
+            catalog[f"view {view}"] = [
+                (" ".join(sql.split()),),
+                *(tuple(r[1:]) for r in c.execute(f"PRAGMA table_xinfo({view})")),
+            ]
         return catalog
 
 
@@ -80,7 +88,27 @@ def _postgres_catalog(url: str) -> Catalog:
             " ORDER BY rel.relname, con.conname",
             args,
         ).fetchall()
-    return {"columns": columns, "indexes": indexes, "constraints": constraints}
+        partitions = c.execute(
+            "SELECT parent.relname, child.relname, pg_get_expr(child.relpartbound, child.oid),"
+            " pg_get_partkeydef(parent.oid)"
+            " FROM pg_inherits i JOIN pg_class parent ON parent.oid = i.inhparent"
+            " JOIN pg_class child ON child.oid = i.inhrelid"
+            " JOIN pg_namespace ns ON ns.oid = parent.relnamespace"
+            " WHERE ns.nspname = %(schema)s AND child.relkind IN ('r', 'p') ORDER BY 1, 2",
+            args,
+        ).fetchall()
+        views = c.execute(
+            "SELECT viewname, definition FROM pg_views WHERE schemaname = %(schema)s"
+            " ORDER BY viewname",
+            args,
+        ).fetchall()
+    return {
+        "columns": columns,
+        "indexes": indexes,
+        "constraints": constraints,
+        "partitions": partitions,
+        "views": views,
+    }
 
 
 def test_sqlite__migrations_build_schema_sql(tmp_path: Path) -> None:
@@ -92,7 +120,7 @@ def test_sqlite__migrations_build_schema_sql(tmp_path: Path) -> None:
         _sqlite_catalog(tmp_path / "declared.db"),
     )
     assert migrated == declared
-    assert any(key.startswith("executions") for key in migrated), "nothing was compared"
+    assert {"runs.columns", "execution_history.columns", "view executions"} <= set(migrated)
 
 
 def test_postgres__migrations_build_schema_sql() -> None:
@@ -103,6 +131,7 @@ def test_postgres__migrations_build_schema_sql() -> None:
         migrated, declared = _postgres_catalog(migrated_url), _postgres_catalog(declared_url)
     assert migrated == declared
     assert len(migrated["columns"]) > 50, "nothing was compared"
+    assert len(migrated["partitions"]) == 2 and len(migrated["views"]) == 1
 
 
 def test_postgres__the_migrations_are_recorded_and_run_once() -> None:
@@ -115,3 +144,60 @@ def test_postgres__the_migrations_are_recorded_and_run_once() -> None:
         with psycopg.connect(url) as c:
             versions = [r[0] for r in c.execute("SELECT version FROM onbeat_migrations")]
     assert versions == [v for v, _ in migrations("postgres")]
+
+
+_OLD_ROWS = [
+    "INSERT INTO jobs (id, tenant, task, params, schedule_kind, timezone, max_attempts,"
+    " backoff_base, backoff_cap, overlap, misfire, catchup_window, priority, jitter, status,"
+    " shard, created_at, updated_at) VALUES ('job1', 'default', 't', '{}', 'cron', 'UTC', 1,"
+    " 1, 1, 'skip', 'run_once', 0, 0, 0, 'active', 0, 1, 1)",
+    "INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,"
+    " created_at) VALUES ('ok', 'job1', 0, 'schedule', 100, 100, 'succeeded', 0, 1),"
+    " ('dead', 'job1', 0, 'schedule', 200, 200, 'failed', 0, 1),"
+    " ('next', 'job1', 0, 'schedule', 300, 300, 'scheduled', 0, 1)",
+    "INSERT INTO attempts (execution_id, attempt, worker, fencing_token, started_at, outcome)"
+    " VALUES ('ok', 1, 'w', 1, 100, 'succeeded'), ('dead', 1, 'w', 1, 200, 'failed')",
+    "INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, created_at)"
+    " VALUES ('dead', 'job1', 'default', 1, 250)",
+]
+_MOVED = [
+    ("SELECT id FROM runs ORDER BY id", [("next",)]),
+    ("SELECT id FROM execution_history ORDER BY id", [("dead",), ("ok",)]),
+    ("SELECT id FROM executions ORDER BY id", [("dead",), ("next",), ("ok",)]),
+    ("SELECT execution_id, scheduled_for FROM attempts ORDER BY 1", [("dead", 200), ("ok", 100)]),
+    ("SELECT execution_id, scheduled_for FROM dead_letters", [("dead", 200)]),
+]
+
+
+def test_sqlite__the_history_migration_moves_every_run_where_it_belongs(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as c:  # as the version before it left a store
+        c.execute(
+            "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER)"
+        )
+        for version, script in migrations("sqlite")[:-1]:
+            c.executescript(script)
+            c.execute("INSERT INTO onbeat_migrations VALUES (?, 0)", (version,))
+        for statement in _OLD_ROWS:
+            c.execute(statement)
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as c:
+        assert [c.execute(query).fetchall() for query, _ in _MOVED] == [rows for _, rows in _MOVED]
+
+
+def test_postgres__the_history_migration_moves_every_run_where_it_belongs() -> None:
+    with fresh_schema() as url:
+        with psycopg.connect(url, autocommit=True) as c:  # as the version before it left a store
+            c.execute(
+                "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT)"
+            )
+            for version, script in migrations("postgres")[:-1]:
+                c.execute(script.encode())
+                c.execute("INSERT INTO onbeat_migrations VALUES (%s, 0)", (version,))
+            for statement in _OLD_ROWS:
+                c.execute(statement.encode())
+        PostgresStore(url).close()
+        with psycopg.connect(url) as c:
+            assert [c.execute(query.encode()).fetchall() for query, _ in _MOVED] == [
+                rows for _, rows in _MOVED
+            ]

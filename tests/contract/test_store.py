@@ -25,6 +25,7 @@ from onbeat.testing.store_contract_dispatch import DispatchContract
 from onbeat.testing.store_contract_fencing import FencingContract
 from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
+from onbeat.testing.store_contract_history import HistoryContract
 from onbeat.testing.store_contract_job_changes import JobChangesContract
 from onbeat.testing.store_contract_jobs import JobsContract
 from onbeat.testing.store_contract_limits import LimitsContract
@@ -95,5 +96,6 @@ class TestStore(
     TaskCatalogContract,
     AlertContract,
     LimitsContract,
+    HistoryContract,
 ):
     pass

@@ -27,7 +27,7 @@ SMALL_TABLES = frozenset(
     {"shard_leases", "schedulers", "api_keys", "secrets", "onbeat_migrations", "tasks"}
 )
 """Bounded by the shard count, the number of keys or of task names, not by the work stored."""
-RUNNING_ONLY = frozenset({"executions_lease_expiry", "executions_lease_owner"})
+RUNNING_ONLY = frozenset({"runs_lease_expiry", "runs_lease_owner"})
 """Partial indexes of running executions: bounded by the workers' concurrency."""
 _FROM = re.compile(r"\b(?:FROM|JOIN)\s+(\w+)(?:\s+(?:AS\s+)?(\w+))?", re.IGNORECASE)
 _SCAN = re.compile(r"^SCAN (\w+)(?: USING (?:COVERING )?INDEX (\w+))?")

@@ -45,7 +45,8 @@ async def test_audit__a_fire_time_without_a_record_is_reported_missing(node: Nod
     path = app.settings.database_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as raw:  # simulate a lost record behind onbeat's back
         raw.execute("DELETE FROM attempts WHERE execution_id = ?", (victim.id,))
-        raw.execute("DELETE FROM executions WHERE id = ?", (victim.id,))
+        raw.execute("DELETE FROM runs WHERE id = ?", (victim.id,))
+        raw.execute("DELETE FROM execution_history WHERE id = ?", (victim.id,))
     report = app.audit(job.id)
     assert report.missing == [victim.scheduled_for]
 
@@ -66,7 +67,8 @@ async def test_audit__a_once_job_submitted_for_a_past_time_is_audited_by_default
     path = app.settings.database_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as raw:  # the record lost behind onbeat's back
         raw.execute("DELETE FROM attempts")
-        raw.execute("DELETE FROM executions")
+        raw.execute("DELETE FROM runs")
+        raw.execute("DELETE FROM execution_history")
     assert app.audit(job.id).missing == [job.schedule.at]
 
 

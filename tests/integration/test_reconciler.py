@@ -17,8 +17,8 @@ def _raw(node: Node) -> sqlite3.Connection:
 @pytest.mark.parametrize(
     "breakage",
     [
-        "DELETE FROM executions WHERE job_id = :job AND status = 'scheduled'",
-        "UPDATE executions SET status = 'cancelled' WHERE job_id = :job AND status = 'scheduled'",
+        "DELETE FROM runs WHERE job_id = :job AND status = 'scheduled'",
+        "UPDATE runs SET status = 'cancelled' WHERE job_id = :job AND status = 'scheduled'",
         "UPDATE jobs SET next_fire_at = NULL WHERE id = :job",
     ],
     ids=["head deleted", "head cancelled", "next fire lost"],

@@ -98,13 +98,18 @@ def api(**flags: Any) -> None:
 @main.command(cls=SettingsCommand)
 @setting_options("migrate")
 def migrate(**flags: Any) -> None:
-    """Apply the store's pending schema migrations, then exit. Safe to run again (it then
-    applies nothing) and while other processes use the store."""
+    """Apply the store's pending schema migrations and create the history's day partitions
+    ahead, then exit. Safe to run again (it then applies nothing) and while other processes use
+    the store."""
     apply_log_level(flags)
     settings = settings_from(flags)
     url = settings.database_url
     pending = pending_migrations(url)
-    open_store(url, SystemClock(), settings.shards).close()
+    store = open_store(url, SystemClock(), settings.shards)
+    try:  # the history's day partitions ahead too (retention is the schedulers' job)
+        store.history_maintain(0, settings.partitions_ahead_days)
+    finally:
+        store.close()
     if pending:
         applied = ", ".join(map(str, pending))
         click.echo(f"onbeat migrate: applied migration(s) {applied} to {redact_url(url)}")

@@ -589,9 +589,40 @@ class Store(Protocol):
         Concurrency: last writer wins; only the sender holding an alert calls it."""
         ...
 
+    # --- history upkeep: the scheduler's timer, and ``onbeat migrate`` ----------------------
+    def history_maintain(self, retention_days: int, ahead_days: int) -> HistoryUpkeep:
+        """Keep the execution history to size. PostgreSQL: create the day partitions from
+        yesterday to today + ``ahead_days`` (the rows of such a day that landed in the DEFAULT
+        partition move into it), and detach and drop those of days older than
+        ``retention_days``. Every backend: delete, in batches, older runs and attempts that sit
+        outside a day partition. A day holding an unresolved dead letter, a run not final yet or
+        a run that ended within the retention is kept whole (logged). ``retention_days`` 0 keeps everything. Days are UTC days of
+        the fire time, on the store's clock.
+
+        Concurrency: each step is idempotent and runs under a lock of its own (PostgreSQL: an
+        advisory lock; a partition is created or dropped only after checking, under it, that
+        it is missing or there), so schedulers running it at once create and drop each partition
+        once; runs ending meanwhile are never lost (a DETACH waits for their transactions, at
+        most ``lock_timeout``, and otherwise leaves the day to the next pass)."""
+        ...
+
 
 MAX_SEARCH_TASKS = 20
 """Most task names one ``Store.job_search`` text matches (each is one more index read per status)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryUpkeep:
+    """What one ``Store.history_maintain`` pass did."""
+
+    created: list[str] = field(default_factory=list)
+    """Partitions created (PostgreSQL)."""
+    dropped: list[str] = field(default_factory=list)
+    """Partitions detached and dropped (PostgreSQL)."""
+    kept: list[str] = field(default_factory=list)
+    """Days (YYYYMMDD) past the retention kept for a dead letter or a run not final yet."""
+    deleted: int = 0
+    """Runs deleted one by one (SQLite; PostgreSQL: from the DEFAULT partition)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefus
 from onbeat.settings import DEFAULT_SHARDS, redact_url
 from onbeat.store.queries import load_queries, migrations
 from onbeat.store.sql_store import Connection, Cursor, SQLStore
+from onbeat.store.sql_store.history import DAY_US, day_date
 
 log = logging.getLogger("onbeat.store")
 CLOCK_RESYNC = 10.0
@@ -49,6 +50,10 @@ _REFUSED = (psycopg.errors.DiskFull, psycopg.errors.ReadOnlySqlTransaction)
 """A write the server cannot take (as opposed to a bug or a lost connection)."""
 _CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 """The server aborted the transaction for a conflict with another: it is run again."""
+_BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
+"""History upkeep's DDL gave way to the runs' transactions: it is tried again at the next pass."""
+HISTORY_TABLES = ("execution_history", "attempts")
+"""The tables partitioned by day of fire time, with the same bounds."""
 _UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
 """The server cannot be reached (down, restarting, connection lost): StoreUnavailableError."""
 
@@ -173,6 +178,81 @@ class PostgresStore(SQLStore):
     def _lock_shard_map(self, c: Connection) -> None:
         c.execute(self._q["shard_map_lock"])
 
+    def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
+        """One data-modifying CTE per run: DELETE ... RETURNING into the history's INSERT."""
+        c.executemany(self._q["execution_finish_final"], finishes)
+
+    def _move_final(self, c: Connection, ids: str) -> None:
+        """One data-modifying CTE: DELETE ... RETURNING into the history's INSERT."""
+        c.execute(self._q["runs_archive"], {"ids": ids})
+
+    # --- day partitions of the history (HistoryTransactions' hooks) ---------------------------
+    def _day_partitions(self, c: Connection, parent: str) -> set[int]:
+        """The days that have a partition of ``parent``."""
+        return {
+            _day_number(r["name"][-8:])
+            for r in c.execute(self._q["partitions_of"], {"parent": parent})
+        }
+
+    def _create_day_partitions(self, days: Sequence[int]) -> list[str]:
+        """Each missing day partition in a transaction of its own, under the maintenance lock:
+        lock the DEFAULT partition (no run lands there meanwhile), create the day's table, move
+        the day's rows out of DEFAULT into it, ATTACH it."""
+        created = []
+        for parent in HISTORY_TABLES:
+            with self._read() as c:
+                missing = [d for d in days if d not in self._day_partitions(c, parent)]
+            for day in missing:
+                name = f"{parent}_p{day_date(day)}"
+                with self._maintenance_tx() as c:
+                    if day in self._day_partitions(c, parent):
+                        continue  # another scheduler created it meanwhile
+                    ddl: dict[str, object] = {"parent": parent, "partition": name}
+                    ddl |= {"lo": day * DAY_US, "hi": (day + 1) * DAY_US}
+                    c.execute(self._q["partition_lock_default"].format(**ddl))
+                    c.execute(self._q["partition_create"].format(**ddl))
+                    c.execute(self._q["partition_fill"].format(**ddl))
+                    c.execute(self._q["partition_attach"].format(**ddl))
+                created.append(name)
+        if created:
+            log.info("created history partitions %s", ", ".join(created))
+        return created
+
+    def _drop_day_partitions(self, first_kept: int, protected: Sequence[int]) -> list[str]:
+        """Detach and drop a day's partitions (history and attempts) in one transaction each day;
+        a day whose DETACH cannot get its lock within lock_timeout is left to the next pass."""
+        with self._read() as c:
+            days = set().union(*(self._day_partitions(c, parent) for parent in HISTORY_TABLES))
+        dropped = []
+        for day in sorted(d for d in days if d < first_kept and d not in protected):
+            names = [f"{parent}_p{day_date(day)}" for parent in HISTORY_TABLES]
+            try:
+                with self._maintenance_tx() as c:
+                    for parent, name in zip(HISTORY_TABLES, names, strict=True):
+                        if day not in self._day_partitions(c, parent):
+                            continue  # dropped meanwhile
+                        ddl = {"parent": parent, "partition": name}
+                        c.execute(self._q["partition_detach"].format(**ddl))
+                        c.execute(self._q["partition_drop"].format(**ddl))
+                        dropped.append(name)
+            except (StoreUnavailableError, psycopg.errors.DeadlockDetected) as exc:
+                cause = exc.__cause__ if isinstance(exc, StoreUnavailableError) else exc
+                if not isinstance(cause, _BUSY):
+                    raise
+                log.warning("history partitions of %s are busy; dropped at a later pass", day)
+        if dropped:
+            log.info("dropped history partitions past the retention: %s", ", ".join(dropped))
+        return dropped
+
+    @contextmanager
+    def _maintenance_tx(self) -> Iterator[_Connection]:
+        """A transaction of history upkeep: one process at a time, and a DDL lock waited for at
+        most ``lock_timeout`` (a DDL waiting longer would hold up every run behind it)."""
+        with self._tx() as c:
+            c.execute(self._q["history_maintenance_lock"])
+            c.execute(self._q["lock_timeout_short"])
+            yield c
+
     def migrate(self) -> list[int]:
         """Apply the migrations not applied yet, each in its own transaction, one process at a
         time; returns the versions applied."""
@@ -238,6 +318,11 @@ def pending_migrations(url: str) -> list[int]:
     except psycopg.Error as exc:
         raise StoreOpenError(redact_url(url), _why(exc)) from exc
     return [v for v in versions if v not in applied]
+
+
+def _day_number(yyyymmdd: str) -> int:
+    """The UTC day number of a partition's ``YYYYMMDD`` suffix."""
+    return int(datetime.strptime(yyyymmdd, "%Y%m%d").replace(tzinfo=UTC).timestamp()) // 86_400
 
 
 def _why(exc: BaseException) -> str:

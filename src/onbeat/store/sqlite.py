@@ -14,16 +14,17 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
 from onbeat.settings import DEFAULT_SHARDS
 from onbeat.store.queries import load_queries, migrations
-from onbeat.store.sql_store import SQLStore
+from onbeat.store.sql_store import Connection, SQLStore
 
 Q = load_queries("sqlite")
 BUSY_TIMEOUT = 30.0
@@ -149,6 +150,16 @@ class SQLiteStore(SQLStore):
                     if statement.strip():
                         c.execute(statement)
                 c.execute("INSERT INTO onbeat_migrations VALUES (?, ?)", (version, self._now_us()))
+
+    def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
+        """Copy, then delete: SQLite has no data-modifying CTE."""
+        c.executemany(Q["execution_finish_final"], finishes)
+        c.executemany(Q["execution_finish_final_delete"], finishes)
+
+    def _move_final(self, c: Connection, ids: str) -> None:
+        """Copy, then delete: SQLite has no data-modifying CTE."""
+        c.execute(Q["runs_archive"], {"ids": ids})
+        c.execute(Q["runs_delete_final"], {"ids": ids})
 
     def close(self) -> None:
         with self._lock:

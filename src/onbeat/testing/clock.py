@@ -53,3 +53,10 @@ class FakeClock:
     def set(self, when: datetime) -> None:
         """Jump to ``when`` (forward only)."""
         self.advance((when - self._now).total_seconds())
+
+    def step_back(self, seconds: float) -> None:
+        """Set the wall clock back, as NTP steps a host's clock (or a failover lands on a server
+        whose clock is behind); the monotonic clock, and so every sleeper, stays where it is."""
+        if seconds < 0:
+            raise ValueError("step_back takes the seconds to go back")
+        self._now -= timedelta(seconds=seconds)

@@ -13,6 +13,7 @@ parts share (fixtures' types, constants, helpers); the tests are mixin classes, 
 ``store_contract_recovery``     ``RecoveryContract``: reaping in every shard, sweep pages
 ``store_contract_schedules``    ``ScheduleChainContract``, ``ScheduleHistoryContract``
 ``store_contract_dashboard``    ``DashboardReadsContract``: the dashboard's reads
+``store_contract_history``      ``HistoryContract``: final runs in the history, retention
 ==============================  ===========================================================
 
 Use it by subclassing all of them in a test module that provides three fixtures: ``clock`` (a

@@ -16,6 +16,7 @@ says what each method guarantees.
 from onbeat.store.sql_store.alerts import AlertTransactions
 from onbeat.store.sql_store.base import Connection, Cursor, Row, SQLBase, retried
 from onbeat.store.sql_store.dashboard import DashboardReads
+from onbeat.store.sql_store.history import HistoryTransactions
 from onbeat.store.sql_store.jobs import JobTransactions
 from onbeat.store.sql_store.registry import RegistryTransactions
 from onbeat.store.sql_store.runs import RunTransactions
@@ -31,5 +32,6 @@ class SQLStore(
     DashboardReads,
     RegistryTransactions,
     AlertTransactions,
+    HistoryTransactions,
 ):
     """The transactions of ``Store`` over a backend's named statements (``_q``)."""

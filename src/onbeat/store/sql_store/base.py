@@ -153,6 +153,16 @@ class SQLBase:
         """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
         from them, one at a time across processes."""
 
+    def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
+        """Move running runs (tokens checked) to the history with their final outcome, the
+        ``execution_finish`` parameters of each, without updating the hot row first."""
+        raise NotImplementedError
+
+    def _move_final(self, c: Connection, ids: str) -> None:
+        """Move the runs of ``ids`` (a JSON array) that are final from ``runs`` to
+        ``execution_history``, in whichever statements suit the backend."""
+        raise NotImplementedError
+
     # --- shared by the roles -------------------------------------------------------------
     def _job_for_update(self, c: Connection, job_id: str) -> Row:
         row: Row | None = c.execute(self._q["job_get_for_update"], {"id": job_id}).fetchone()
@@ -270,7 +280,17 @@ class SQLBase:
                 if run.status is ExecutionStatus.SKIPPED and run.id in inserted
             ],
         )
+        self._archive(
+            c, [run.id for *_, run in planned_runs if run.status.is_final and run.id in inserted]
+        )
         return inserted
+
+    def _archive(self, c: Connection, ids: Iterable[str]) -> None:
+        """The runs of ``ids`` that are final now leave the hot table for the history, in the
+        transaction that ended them (one batch per transaction); the others stay."""
+        batch = list(ids)
+        if batch:
+            self._move_final(c, json.dumps(batch))
 
     def _end_pending(
         self,
@@ -298,6 +318,7 @@ class SQLBase:
                     for r, why in zip(rows, reasons, strict=True)
                 ],
             )
+        self._archive(c, [r["id"] for r in rows])
         self._complete_one_shots(c, rows)
 
     def _alert_skips(self, c: Connection, skips: Sequence[tuple[str, str, int, str]]) -> None:

@@ -152,4 +152,9 @@ class DashboardReads(SQLBase):
     def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
         with self._read() as c:
             rows = c.execute(self._q["execution_last_of_jobs"], {"ids": json.dumps(list(job_ids))})
-            return {r["job_id"]: execution_of(r, ()) for r in rows}
+            last: dict[str, Execution] = {}
+            for r in rows:  # a backend may answer a job's newest final and running runs apart
+                run = execution_of(r, ())
+                if run.job_id not in last or run.scheduled_for > last[run.job_id].scheduled_for:
+                    last[run.job_id] = run
+            return last

@@ -323,10 +323,11 @@ class JobTransactions(SQLBase):
             now = self.now()
             if job.status is not JobStatus.CANCELLED:
                 self._record_fires_until(c, job, now)
-            c.execute(
+            cancelled = c.execute(
                 self._q["executions_cancel_pending"],
                 {"job_id": job_id, "reason": "job cancelled", "now": to_us(now)},
-            )
+            ).fetchall()
+            self._archive(c, [r["id"] for r in cancelled])
             return self._set_status(c, job, JobStatus.CANCELLED, JobEventKind.CANCELLED, now)
 
     @retried
@@ -402,9 +403,13 @@ class JobTransactions(SQLBase):
         with self._tx() as c:
             if c.execute(self._q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
                 raise NotFoundError(f"dead letter {execution_id!r} not found")
-            job_id = self._execution(c, execution_id).job_id
-            if job_of(self._job_for_update(c, job_id)).status is JobStatus.CANCELLED:
-                raise ConflictError(f"job {job_id!r} is cancelled; its runs cannot be replayed")
+            run = self._execution(c, execution_id)
+            if job_of(self._job_for_update(c, run.job_id)).status is JobStatus.CANCELLED:
+                raise ConflictError(f"job {run.job_id!r} is cancelled; its runs cannot be replayed")
+            # Back from the history to the hot table, where the dispatcher finds it.
+            at = {"id": execution_id, "scheduled_for": to_us(run.scheduled_for)}
+            if c.execute(self._q["execution_unarchive"], at).rowcount:
+                c.execute(self._q["history_delete_run"], at)
             c.execute(self._q["execution_replay"], {"id": execution_id, "now": self._now_us()})
             return self._execution(c, execution_id)
 

@@ -154,6 +154,7 @@ class RunTransactions(LimitTransactions):
                 [
                     {
                         "id": row["id"],
+                        "scheduled_for": row["scheduled_for"],
                         "attempt": row["attempt"],
                         "owner": owner,
                         "fencing_token": row["fencing_token"],
@@ -198,12 +199,14 @@ class RunTransactions(LimitTransactions):
                         self._q["attempt_finish"],
                         {
                             "id": victim,
+                            "scheduled_for": gone["scheduled_for"],
                             "fencing_token": gone["fencing_token"],
                             "outcome": AttemptOutcome.CANCELLED.value,
                             "error": why,
                             "now": now_us,
                         },
                     )
+                    self._archive(c, [victim])  # after its attempt: attempts, then history
         return cancelled
 
     @retried
@@ -284,6 +287,7 @@ class RunTransactions(LimitTransactions):
             attempts.append(
                 {
                     "id": r["id"],
+                    "scheduled_for": r["scheduled_for"],
                     "fencing_token": done.fencing_token,
                     "outcome": outcome.value,
                     "error": done.error,
@@ -299,12 +303,18 @@ class RunTransactions(LimitTransactions):
                         "attempts": r["attempt"],
                         "error": done.error,
                         "now": now_us,
+                        "scheduled_for": r["scheduled_for"],
                     }
                 )
             if status.is_final:
                 final.append(r)
-        c.executemany(self._q["execution_finish"], finishes)
+        # attempts before runs and history, in every transaction (a lock order)
         c.executemany(self._q["attempt_finish"], attempts)
+        c.executemany(
+            self._q["execution_finish"],
+            [f for f in finishes if not ExecutionStatus(f["status"]).is_final],
+        )
+        self._finish_final(c, [f for f in finishes if ExecutionStatus(f["status"]).is_final])
         self._dead_letter(c, dead)
         self._complete_one_shots(c, final)
         self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)

@@ -258,6 +258,7 @@ class SchedulingTransactions(LimitTransactions):
                 [
                     {
                         "id": r["id"],
+                        "scheduled_for": r["scheduled_for"],
                         "fencing_token": r["fencing_token"],
                         "outcome": AttemptOutcome.LOST.value,
                         "error": r["last_error"],
@@ -277,13 +278,14 @@ class SchedulingTransactions(LimitTransactions):
                         "attempts": r["attempt"],
                         "error": r["last_error"],
                         "now": now_us,
+                        "scheduled_for": r["scheduled_for"],
                     }
                     for r in failed
                 ],
             )
-            self._complete_one_shots(
-                c, [r for r in reaped if r["status"] != ExecutionStatus.QUEUED.value]
-            )
+            ended = [r for r in reaped if r["status"] != ExecutionStatus.QUEUED.value]
+            self._archive(c, [r["id"] for r in ended])
+            self._complete_one_shots(c, ended)
             self._wake_waiting(c, [r["job_id"] for r in reaped], now_us)
             self._usage_end(c, [expired[r["id"]]["tenant"] for r in reaped])  # last: lock order
             return self._with_attempts(c, reaped)

@@ -24,7 +24,7 @@ SELECT * FROM jobs WHERE id = :id FOR UPDATE;
 -- Lock the jobs of these runs, in id order (every transaction locks jobs before their runs, so
 -- two never wait on each other): claims of one job's runs are decided one after the other.
 SELECT id FROM jobs
-WHERE id IN (SELECT job_id FROM executions
+WHERE id IN (SELECT job_id FROM runs
              WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
 ORDER BY id
 FOR UPDATE;
@@ -55,7 +55,7 @@ WHERE id = :id;
 UPDATE jobs SET status = :status, updated_at = :now WHERE id = :id;
 
 -- name: execution_due_now
-UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now;
+UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 
 -- name: job_set_next_fire
 UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
@@ -66,15 +66,18 @@ WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
   AND schedule_kind != 'cron' AND status = 'active';
 
 -- name: execution_insert
-INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,
-                        reason, catchup, created_at, queued_at, finished_at)
-VALUES (:id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
-        :reason, :catchup, :now, CASE WHEN CAST(:status AS text) = 'queued' THEN :now END,
-        CASE WHEN CAST(:status AS text) IN ('skipped', 'cancelled') THEN :now END)
+INSERT INTO runs (id, job_id, shard, trigger, scheduled_for, due_at, status, priority, reason,
+                   catchup, created_at, queued_at, finished_at)
+SELECT :id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
+       :reason, :catchup, :now, CASE WHEN CAST(:status AS text) = 'queued' THEN :now END,
+       CASE WHEN CAST(:status AS text) IN ('skipped', 'cancelled') THEN :now END
+WHERE NOT EXISTS (SELECT 1 FROM execution_history h
+                  WHERE h.job_id = :job_id AND h.scheduled_for = :scheduled_for
+                    AND h.trigger = :trigger)
 ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
 
 -- name: executions_existing
-SELECT id FROM executions WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
+SELECT id FROM runs WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
 
 -- name: execution_get
 SELECT * FROM executions WHERE id = :id;
@@ -94,23 +97,25 @@ WHERE execution_id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
 ORDER BY started_at, fencing_token;
 
 -- name: executions_cancel_pending
-UPDATE executions
+UPDATE runs
 SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1
-WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+WHERE job_id = :job_id AND status IN ('scheduled', 'queued')
+RETURNING id;
 
 -- name: executions_drop_future
-DELETE FROM executions
+DELETE FROM runs
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
 -- name: jobs_without_next_run
 -- Locked, as dispatch locks them: a job being edited is left to the next page or pass.
 SELECT j.*,
-       EXISTS (SELECT 1 FROM executions e
+       EXISTS (SELECT 1 FROM runs e
                WHERE e.job_id = j.id AND e.trigger = 'schedule'
                  AND e.scheduled_for = j.next_fire_at AND e.status = 'scheduled') AS has_next_run,
-       (SELECT max(e.scheduled_for) FROM executions e
-        WHERE e.job_id = j.id AND e.trigger = 'schedule') AS latest_fire
+       CASE WHEN j.next_fire_at IS NULL THEN
+           (SELECT max(e.scheduled_for) FROM executions e
+            WHERE e.job_id = j.id AND e.trigger = 'schedule') END AS latest_fire
 FROM jobs j
 WHERE j.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
   AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
@@ -123,7 +128,7 @@ SELECT id, status FROM executions
 WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND trigger = 'schedule';
 
 -- name: executions_pending_of_job
-SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+SELECT * FROM runs WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
 
 -- name: execution_dispatch_candidates
 -- The runs and their jobs, locked: the job's schedule cannot change (an edit) between this read
@@ -136,7 +141,7 @@ SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt
        (SELECT min(n.scheduled_for) FROM executions n
         WHERE n.job_id = e.job_id AND n.trigger = 'schedule' AND n.scheduled_for > e.scheduled_for)
          AS next_recorded
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
   AND e.status = 'scheduled'
   AND e.due_at <= :horizon
@@ -145,20 +150,20 @@ LIMIT :limit
 FOR UPDATE OF e, j SKIP LOCKED;
 
 -- name: execution_mark_queued
-UPDATE executions SET status = 'queued', queued_at = :now
+UPDATE runs SET status = 'queued', queued_at = :now
 WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'scheduled';
 
 -- name: execution_mark_catchup
-UPDATE executions SET catchup = TRUE
+UPDATE runs SET catchup = TRUE
 WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
 
 -- name: execution_end_pending
-UPDATE executions SET status = :status, reason = :reason, finished_at = :now
+UPDATE runs SET status = :status, reason = :reason, finished_at = :now
 WHERE id = :id AND status IN ('scheduled', 'queued');
 
 -- name: execution_sweep
 SELECT e.id, e.shard, e.due_at, j.priority
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard = :shard AND e.status = 'queued' AND e.due_at < :before
   AND (e.due_at, e.id) > (CAST(:after_due_at AS bigint), CAST(:after_id AS text))
 ORDER BY e.due_at, e.id
@@ -167,7 +172,7 @@ LIMIT :limit;
 -- name: execution_expired_leases
 SELECT e.id, e.job_id, e.attempt, e.fencing_token,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
 ORDER BY e.lease_expires_at
 LIMIT :limit;
@@ -175,7 +180,7 @@ LIMIT :limit;
 -- name: execution_reap
 -- Each decision applies only while its run is still running under that token with its lease
 -- expired, re-checked on the locked row: a heartbeat or an outcome that committed first wins.
-UPDATE executions AS e
+UPDATE runs AS e
 SET status = d.status,
     due_at = coalesce(d.due_at, e.due_at),
     last_error = d.error,
@@ -193,18 +198,18 @@ RETURNING e.*;
 -- The runs to claim, locked (their jobs are locked already, by jobs_lock_of_runs).
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
        j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status, j.tenant
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
 FOR UPDATE OF e;
 
 -- name: execution_earliest_due_of_jobs
-SELECT DISTINCT ON (job_id) job_id, id, scheduled_for FROM executions
+SELECT DISTINCT ON (job_id) job_id, id, scheduled_for FROM runs
 WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
   AND status IN ('scheduled', 'queued') AND due_at <= :now
 ORDER BY job_id, scheduled_for;
 
 -- name: execution_running_of_jobs
-SELECT id, job_id, started_at FROM executions
+SELECT id, job_id, started_at FROM runs
 WHERE status = 'running' AND job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)));
 
 -- name: execution_newest_missed_of_jobs
@@ -214,40 +219,40 @@ WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
 GROUP BY job_id;
 
 -- name: execution_start_many
-UPDATE executions
+UPDATE runs
 SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
     lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
 WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'queued'
 RETURNING *;
 
 -- name: attempt_insert
-INSERT INTO attempts (execution_id, attempt, worker, fencing_token, started_at, outcome)
-VALUES (:id, :attempt, :owner, :fencing_token, :now, 'running');
+INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at, outcome)
+VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
 
 -- name: attempt_finish
 UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
-WHERE execution_id = :id AND fencing_token = :fencing_token;
+WHERE execution_id = :id AND scheduled_for = :scheduled_for AND fencing_token = :fencing_token;
 
 -- name: execution_defer
-UPDATE executions SET status = 'scheduled', due_at = :due_at, reason = :reason
+UPDATE runs SET status = 'scheduled', due_at = :due_at, reason = :reason
 WHERE id = :id AND status = 'queued';
 
 -- name: executions_wake_waiting
 -- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
-UPDATE executions SET due_at = :now
+UPDATE runs SET due_at = :now
 WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
   AND status = 'scheduled' AND reason LIKE 'waiting for %' AND due_at > :now;
 
 -- name: execution_replace
-UPDATE executions
+UPDATE runs
 SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = :id AND status = 'running'
-RETURNING id, fencing_token - 1 AS fencing_token;
+RETURNING id, scheduled_for, fencing_token - 1 AS fencing_token;
 
 -- name: execution_heartbeat
 -- Only the (id, fencing token) pairs the worker runs; :held is a JSON object {id: token}.
-UPDATE executions AS e SET lease_expires_at = :lease_expires_at
+UPDATE runs AS e SET lease_expires_at = :lease_expires_at
 FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)
 WHERE e.id = h.id AND e.fencing_token = CAST(h.token AS bigint)
   AND e.lease_owner = :owner AND e.status = 'running'
@@ -256,24 +261,40 @@ RETURNING e.id, e.fencing_token;
 -- name: execution_current_tokens
 -- The runs an outcome or a release is about, locked: a reap or another outcome waits, then
 -- finds the token moved on.
-SELECT e.id, e.job_id, e.trigger, e.fencing_token, e.status, e.attempt, e.lease_owner,
+SELECT e.id, e.job_id, e.trigger, e.scheduled_for, e.fencing_token, e.status, e.attempt, e.lease_owner,
        j.status AS job_status, j.tenant
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
 ORDER BY e.id
 FOR UPDATE OF e;
 
 -- name: execution_finish
-UPDATE executions
+UPDATE runs
 SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last_error = :error,
     reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN CAST(:status AS text) IN ('scheduled', 'queued') THEN NULL ELSE :now END,
     attempt = attempt - :uncount_attempt
 WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 
+-- name: execution_finish_final
+-- A running run's final outcome (the caller checked its token): moved from runs straight into
+-- the history with its final values, one delete and one insert, no update of the hot row first.
+WITH gone AS (
+    DELETE FROM runs WHERE id = :id AND fencing_token = :fencing_token AND status = 'running'
+    RETURNING *)
+INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status, attempt,
+                               priority, lease_owner, lease_expires_at, fencing_token, result,
+                               last_error, reason, created_at, started_at, finished_at, catchup,
+                               queued_at)
+SELECT id, job_id, shard, trigger, scheduled_for, due_at, :status, attempt - :uncount_attempt,
+       priority, NULL, NULL, fencing_token, :result, :error, :reason, created_at, started_at, :now,
+       catchup, queued_at
+FROM gone;
+
 -- name: dead_letter_insert
-INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at)
-VALUES (:id, :job_id, :tenant, :attempts, :error, :now)
+INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at,
+                          scheduled_for)
+VALUES (:id, :job_id, :tenant, :attempts, :error, :now, :scheduled_for)
 ON CONFLICT (execution_id) DO UPDATE
 SET attempts = excluded.attempts, last_error = excluded.last_error, created_at = excluded.created_at;
 
@@ -287,7 +308,7 @@ LIMIT :limit;
 DELETE FROM dead_letters WHERE execution_id = :id;
 
 -- name: execution_replay
-UPDATE executions
+UPDATE runs
 SET status = 'scheduled', due_at = :now, attempt = 0, last_error = NULL, finished_at = NULL,
     reason = 'replayed from the dead-letter table'
 WHERE id = :id AND status = 'failed';
@@ -413,20 +434,20 @@ SELECT (e.finished_at - :since) / :bucket AS ended, e.status,
            THEN (least(greatest(e.due_at, :since), e.started_at) - :since) / :bucket END AS joined,
        CASE WHEN e.started_at >= :since THEN (e.started_at - :since) / :bucket END AS left_at,
        count(*) AS runs
-FROM executions e
+FROM execution_history e
 WHERE e.finished_at >= :since AND e.finished_at < :until
   AND (CAST(:tenant AS text) IS NULL OR e.job_id IN (SELECT id FROM jobs WHERE tenant = :tenant))
 GROUP BY 1, 2, 3, 4, 5
 UNION ALL
 SELECT NULL, NULL, NULL, (least(greatest(e.due_at, :since), e.started_at) - :since) / :bucket,
        (e.started_at - :since) / :bucket, count(*)
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.started_at >= :since AND e.started_at < :until
   AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
 GROUP BY 4, 5
 UNION ALL
 SELECT NULL, NULL, NULL, (greatest(e.due_at, :since) - :since) / :bucket, NULL, count(*)
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
   AND e.status IN ('scheduled', 'queued') AND e.due_at < :until
   AND j.status = 'active' AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
@@ -435,7 +456,7 @@ GROUP BY 4;
 -- name: execution_running_by_owner
 SELECT e.lease_owner AS owner, count(*) FILTER (WHERE e.lease_expires_at > :now) AS running,
        count(*) FILTER (WHERE e.lease_expires_at <= :now) AS expired
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
 GROUP BY e.lease_owner
 ORDER BY e.lease_owner;
@@ -451,12 +472,14 @@ ORDER BY s.owner;
 SELECT count(*) FROM (SELECT 1 FROM dead_letters WHERE tenant = :tenant LIMIT :limit) AS d;
 
 -- name: execution_last_of_jobs
+-- Per job, its newest run that is not pending: one index range per arm of the view (runs by
+-- job; each history partition by (job_id, scheduled_for)).
 SELECT e.* FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS j(value)
-JOIN executions e ON e.id = (
-    SELECT n.id FROM executions n
+CROSS JOIN LATERAL (
+    SELECT n.* FROM executions n
     WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
     ORDER BY n.scheduled_for DESC
-    LIMIT 1);
+    LIMIT 1) AS e;
 
 -- name: api_key_get
 SELECT * FROM api_keys WHERE id = :id AND revoked_at IS NULL;
@@ -557,4 +580,98 @@ SELECT running, tat FROM tenant_usage WHERE tenant = :tenant;
 -- name: execution_hold_for_slot
 -- A run given a slot under its tenant's starts/s limit: the slot is its hand-over to the queue
 -- (queued_at, so its lateness counts from the slot), the reason says it holds one.
-UPDATE executions SET queued_at = :slot, reason = :reason WHERE id = :id AND status = 'queued';
+UPDATE runs SET queued_at = :slot, reason = :reason WHERE id = :id AND status = 'queued';
+
+-- --- hot runs and history ------------------------------------------------------------------
+
+-- name: runs_archive
+-- Move the runs that are final now from runs to execution_history, in one statement: the history
+-- is written once, at the final state. The partition is chosen by scheduled_for (DEFAULT if the
+-- day has none).
+WITH moved AS (
+    DELETE FROM runs
+    WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
+      AND status IN ('succeeded', 'failed', 'cancelled', 'skipped')
+    RETURNING *)
+INSERT INTO execution_history SELECT * FROM moved;
+
+-- name: execution_unarchive
+-- A dead letter replayed: its run goes back from the history to runs (one partition probe).
+INSERT INTO runs
+SELECT * FROM execution_history
+WHERE id = :id AND scheduled_for = :scheduled_for AND status = 'failed';
+
+-- name: history_delete_run
+DELETE FROM execution_history WHERE id = :id AND scheduled_for = :scheduled_for;
+
+-- name: history_protected_days
+-- The UTC days (number since the epoch) before :cutoff that retention must keep: a day holding an
+-- unresolved dead letter (a human decides about those), a run not final yet, or a run that
+-- ended within the retention (a late retry, a replayed dead letter: read through the
+-- history's finished_at index, a short range).
+SELECT scheduled_for / 86400000000 AS day FROM dead_letters WHERE scheduled_for < :cutoff
+UNION
+SELECT scheduled_for / 86400000000 FROM runs WHERE scheduled_for < :cutoff
+UNION
+SELECT scheduled_for / 86400000000 FROM execution_history
+WHERE finished_at >= :cutoff AND scheduled_for < :cutoff;
+
+-- name: history_delete_expired
+-- A batch of the DEFAULT partition's runs older than the retention (day partitions are dropped
+-- whole), except on protected days (:days, a JSON array).
+DELETE FROM execution_history_default
+WHERE ctid IN (
+    SELECT ctid FROM execution_history_default
+    WHERE scheduled_for < :cutoff
+      AND scheduled_for / 86400000000 NOT IN (
+          SELECT CAST(jsonb_array_elements_text(CAST(:days AS jsonb)) AS bigint))
+    LIMIT :limit);
+
+-- name: attempts_delete_expired
+DELETE FROM attempts_default
+WHERE ctid IN (
+    SELECT ctid FROM attempts_default
+    WHERE scheduled_for < :cutoff
+      AND scheduled_for / 86400000000 NOT IN (
+          SELECT CAST(jsonb_array_elements_text(CAST(:days AS jsonb)) AS bigint))
+    LIMIT :limit);
+
+-- name: history_maintenance_lock
+-- history_maintain's steps, one process at a time (they are idempotent anyway).
+SELECT pg_advisory_xact_lock(7243000002);
+
+-- name: partitions_of
+-- The day partitions of a partitioned table (its DEFAULT partition aside), by name.
+SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = CAST(CAST(:parent AS text) AS regclass)
+  AND c.relname LIKE CAST(:parent AS text) || '\_p________';
+
+-- The DDL below is formatted ({parent}, {partition}: identifiers onbeat builds from dates; {lo},
+-- {hi}: integers), since DDL takes no parameters.
+
+-- name: partition_lock_default
+-- No run may land in the DEFAULT partition between moving a day's rows out and the ATTACH.
+LOCK TABLE {parent}_default IN ACCESS EXCLUSIVE MODE;
+
+-- name: partition_create
+CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+
+-- name: partition_fill
+-- The rows of that day that landed in the DEFAULT partition while the day had none.
+WITH moved AS (
+    DELETE FROM {parent}_default WHERE scheduled_for >= {lo} AND scheduled_for < {hi}
+    RETURNING *)
+INSERT INTO {partition} SELECT * FROM moved;
+
+-- name: partition_attach
+ALTER TABLE {parent} ATTACH PARTITION {partition} FOR VALUES FROM ({lo}) TO ({hi});
+
+-- name: partition_detach
+-- Waits at most lock_timeout for the readers and writers of the table (then: the next pass).
+ALTER TABLE {parent} DETACH PARTITION {partition};
+
+-- name: partition_drop
+DROP TABLE {partition};
+
+-- name: lock_timeout_short
+SET LOCAL lock_timeout = '2s';

@@ -34,7 +34,9 @@ CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
 -- The reconciler's page of a shard's active cron jobs.
 CREATE INDEX jobs_shard_active ON jobs (shard, id) WHERE status = 'active';
 
-CREATE TABLE executions (
+-- The hot state: runs not final yet (scheduled, queued, running), inserted, claimed and deleted.
+-- A run that becomes final moves to execution_history in the transaction that ends it.
+CREATE TABLE runs (
     id               TEXT COLLATE "C" PRIMARY KEY,
     job_id           TEXT COLLATE "C" NOT NULL REFERENCES jobs (id),
     shard            INTEGER NOT NULL,
@@ -55,21 +57,58 @@ CREATE TABLE executions (
     finished_at      BIGINT,
     catchup          BOOLEAN NOT NULL DEFAULT FALSE,
     queued_at        BIGINT,
-    UNIQUE (job_id, scheduled_for, trigger)
+    UNIQUE (job_id, scheduled_for, trigger)          -- also the look-up of a job's runs
 );
 -- Pending runs of a shard by due time: dispatch and sweep read ranges of it.
-CREATE INDEX executions_dispatch ON executions (shard, status, due_at)
-    WHERE status IN ('scheduled', 'queued');
+CREATE INDEX runs_dispatch ON runs (shard, status, due_at) WHERE status IN ('scheduled', 'queued');
 -- The reaper's range read, and a worker's heartbeat.
-CREATE INDEX executions_lease_expiry ON executions (lease_expires_at) WHERE status = 'running';
-CREATE INDEX executions_lease_owner ON executions (lease_owner) WHERE status = 'running';
-CREATE INDEX executions_job ON executions (job_id, status);
--- Partial and covering: the dashboard's last hour of finished runs, read from the index alone.
-CREATE INDEX executions_finished ON executions (finished_at, status, started_at, due_at, job_id)
-    WHERE finished_at IS NOT NULL;
+CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
+CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE status = 'running';
 
+-- Final runs (succeeded, failed, cancelled, skipped), written once, partitioned by fire time into
+-- one partition per UTC day (execution_history_pYYYYMMDD, created ahead by
+-- Store.history_maintain and dropped by retention); the DEFAULT partition takes what falls on a
+-- day without one, so an insert never fails. A fire time's record is one partition probe.
+CREATE TABLE execution_history (
+    id               TEXT COLLATE "C" NOT NULL,
+    job_id           TEXT COLLATE "C" NOT NULL,
+    shard            INTEGER NOT NULL,
+    trigger          TEXT NOT NULL,
+    scheduled_for    BIGINT NOT NULL,
+    due_at           BIGINT NOT NULL,
+    status           TEXT NOT NULL,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    priority         INTEGER NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at BIGINT,
+    fencing_token    BIGINT NOT NULL DEFAULT 0,
+    result           TEXT,
+    last_error       TEXT,
+    reason           TEXT,
+    created_at       BIGINT NOT NULL,
+    started_at       BIGINT,
+    finished_at      BIGINT,
+    catchup          BOOLEAN NOT NULL DEFAULT FALSE,
+    queued_at        BIGINT,
+    PRIMARY KEY (id, scheduled_for)
+) PARTITION BY RANGE (scheduled_for);
+CREATE INDEX execution_history_fire ON execution_history (job_id, scheduled_for, trigger);
+-- Covering: the dashboard's last hour of finished runs, read from the index alone.
+CREATE INDEX execution_history_finished
+    ON execution_history (finished_at, status, started_at, due_at, job_id);
+CREATE TABLE execution_history_default PARTITION OF execution_history DEFAULT;
+
+-- Every run, as the API, the dashboard and the audit read them.
+CREATE VIEW executions AS
+    SELECT * FROM runs
+    UNION ALL
+    SELECT * FROM execution_history;
+
+-- Partitioned like execution_history (same day bounds), so retention drops a day's attempts with
+-- its runs.
 CREATE TABLE attempts (
-    execution_id  TEXT NOT NULL REFERENCES executions (id),
+    execution_id  TEXT COLLATE "C" NOT NULL,
+    scheduled_for BIGINT NOT NULL,                  -- the run's, the partition key
     attempt       INTEGER NOT NULL,
     worker        TEXT NOT NULL,
     fencing_token BIGINT NOT NULL,
@@ -77,16 +116,18 @@ CREATE TABLE attempts (
     finished_at   BIGINT,
     outcome       TEXT NOT NULL,
     error         TEXT,
-    PRIMARY KEY (execution_id, fencing_token)
-);
+    PRIMARY KEY (execution_id, scheduled_for, fencing_token)
+) PARTITION BY RANGE (scheduled_for);
+CREATE TABLE attempts_default PARTITION OF attempts DEFAULT;
 
 CREATE TABLE dead_letters (
-    execution_id TEXT COLLATE "C" PRIMARY KEY REFERENCES executions (id),
-    job_id       TEXT NOT NULL,
-    tenant       TEXT COLLATE "C" NOT NULL,
-    attempts     INTEGER NOT NULL,
-    last_error   TEXT,
-    created_at   BIGINT NOT NULL
+    execution_id  TEXT COLLATE "C" PRIMARY KEY,
+    job_id        TEXT NOT NULL,
+    tenant        TEXT COLLATE "C" NOT NULL,
+    attempts      INTEGER NOT NULL,
+    last_error    TEXT,
+    created_at    BIGINT NOT NULL,
+    scheduled_for BIGINT NOT NULL                   -- the run's: retention keeps its day
 );
 CREATE INDEX dead_letters_tenant ON dead_letters (tenant, execution_id);
 

@@ -37,7 +37,7 @@ UPDATE jobs SET status = :status, updated_at = :now WHERE id = :id;
 
 -- name: execution_due_now
 -- A pending run that waited on purpose (a pause) is due now, not a misfire.
-UPDATE executions SET due_at = :now WHERE id = :id AND due_at < :now;
+UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 
 -- name: job_set_next_fire
 UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
@@ -49,15 +49,18 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND schedule_kind != 'cron' AND 
 
 -- name: execution_insert
 -- Idempotent on (job_id, scheduled_for, trigger): two schedulers planning the same fire insert one row.
-INSERT INTO executions (id, job_id, shard, trigger, scheduled_for, due_at, status, priority,
-                        reason, catchup, created_at, queued_at, finished_at)
-VALUES (:id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
-        :reason, :catchup, :now, CASE WHEN :status = 'queued' THEN :now END,
-        CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END)
+INSERT INTO runs (id, job_id, shard, trigger, scheduled_for, due_at, status, priority, reason,
+                   catchup, created_at, queued_at, finished_at)
+SELECT :id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
+       :reason, :catchup, :now, CASE WHEN :status = 'queued' THEN :now END,
+       CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END
+WHERE NOT EXISTS (SELECT 1 FROM execution_history h
+                  WHERE h.job_id = :job_id AND h.scheduled_for = :scheduled_for
+                    AND h.trigger = :trigger)
 ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
 
 -- name: executions_existing
-SELECT id FROM executions WHERE id IN (SELECT value FROM json_each(:ids));
+SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_get
 SELECT * FROM executions WHERE id = :id;
@@ -76,15 +79,16 @@ ORDER BY started_at, fencing_token;
 
 -- name: executions_cancel_pending
 -- Tombstone a cancelled job's runs that have not started.
-UPDATE executions
+UPDATE runs
 SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1
-WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+WHERE job_id = :job_id AND status IN ('scheduled', 'queued')
+RETURNING id;
 
 -- name: executions_drop_future
 -- A schedule edit: the old schedule's fire times after now were never due, so their planned runs
 -- go (a tombstone would hold the fire time's unique key against the new schedule). Runs that were
 -- ever claimed (fencing_token > 0) or are retries keep their history.
-DELETE FROM executions
+DELETE FROM runs
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
@@ -92,11 +96,12 @@ WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'que
 -- One page (by id) of the active cron jobs of the held shards, each with whether it has a planned
 -- (scheduled) run at its next fire time: without one, nothing would ever plan its next run.
 SELECT j.*,
-       EXISTS (SELECT 1 FROM executions e
+       EXISTS (SELECT 1 FROM runs e
                WHERE e.job_id = j.id AND e.trigger = 'schedule'
                  AND e.scheduled_for = j.next_fire_at AND e.status = 'scheduled') AS has_next_run,
-       (SELECT max(e.scheduled_for) FROM executions e
-        WHERE e.job_id = j.id AND e.trigger = 'schedule') AS latest_fire
+       CASE WHEN j.next_fire_at IS NULL THEN
+           (SELECT max(e.scheduled_for) FROM executions e
+            WHERE e.job_id = j.id AND e.trigger = 'schedule') END AS latest_fire
 FROM jobs j
 WHERE j.shard IN (SELECT value FROM json_each(:shards))
   AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
@@ -108,11 +113,11 @@ SELECT id, status FROM executions
 WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND trigger = 'schedule';
 
 -- name: executions_pending_of_job
-SELECT * FROM executions WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
+SELECT * FROM runs WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
 
 -- name: execution_dispatch_candidates
 -- Pending runs of active jobs due within the window, in the held shards: a range read on
--- executions_dispatch per shard, in index order. No global ORDER BY: it would read and sort every
+-- runs_dispatch per shard, in index order. No global ORDER BY: it would read and sort every
 -- due row before the LIMIT, under the write lock; the caller loops until a short batch anyway.
 SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
        j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
@@ -120,7 +125,7 @@ SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt
        (SELECT min(n.scheduled_for) FROM executions n
         WHERE n.job_id = e.job_id AND n.trigger = 'schedule' AND n.scheduled_for > e.scheduled_for)
          AS next_recorded
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard IN (SELECT value FROM json_each(:shards))
   AND e.status = 'scheduled'
   AND e.due_at <= :horizon
@@ -128,34 +133,34 @@ WHERE e.shard IN (SELECT value FROM json_each(:shards))
 LIMIT :limit;
 
 -- name: execution_mark_queued
-UPDATE executions SET status = 'queued', queued_at = :now
+UPDATE runs SET status = 'queued', queued_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'scheduled';
 
 -- name: execution_mark_catchup
 -- Runs the misfire policy chose to run although their fire time was missed.
-UPDATE executions SET catchup = 1 WHERE id IN (SELECT value FROM json_each(:ids));
+UPDATE runs SET catchup = 1 WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_end_pending
 -- A run that will not start: skipped (policy) or cancelled, always with a reason.
-UPDATE executions SET status = :status, reason = :reason, finished_at = :now
+UPDATE runs SET status = :status, reason = :reason, finished_at = :now
 WHERE id = :id AND status IN ('scheduled', 'queued');
 
 -- name: execution_sweep
 -- One shard's queued runs due before :before, after the (:after_due_at, :after_id) position: a
--- range read on executions_dispatch (only runs sharing one due_at are sorted, by id).
+-- range read on runs_dispatch (only runs sharing one due_at are sorted, by id).
 SELECT e.id, e.shard, e.due_at, j.priority
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard = :shard AND e.status = 'queued' AND e.due_at < :before
   AND (e.due_at, e.id) > (:after_due_at, :after_id)
 ORDER BY e.due_at, e.id
 LIMIT :limit;
 
 -- name: execution_expired_leases
--- Running executions whose lease expired, in every shard, longest expired first: a range read on
--- executions_lease_expiry.
+-- Running runs whose lease expired, in every shard, longest expired first: a range read on
+-- runs_lease_expiry.
 SELECT e.id, e.job_id, e.attempt, e.fencing_token,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
 ORDER BY e.lease_expires_at
 LIMIT :limit;
@@ -164,7 +169,7 @@ LIMIT :limit;
 -- Apply reap decisions (JSON objects: id, fencing_token, status, due_at, error, reason), each only
 -- while its run is still running under that token with its lease expired: a heartbeat or an
 -- outcome that committed since the decision wins, and no run is reaped twice.
-UPDATE executions AS e
+UPDATE runs AS e
 SET status = json_extract(d.value, '$.status'),
     due_at = coalesce(json_extract(d.value, '$.due_at'), e.due_at),
     last_error = json_extract(d.value, '$.error'),
@@ -180,19 +185,19 @@ RETURNING *;
 -- name: execution_claim_candidates
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
        j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status, j.tenant
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_earliest_due_of_jobs
 -- Per job, its earliest fire time with a pending run that is due: a later run of a backlog waits
 -- for it, so a backlog runs in fire-time order whatever order the queue hands its runs out in.
-SELECT job_id, id, min(scheduled_for) AS scheduled_for FROM executions
+SELECT job_id, id, min(scheduled_for) AS scheduled_for FROM runs
 WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('scheduled', 'queued')
   AND due_at <= :now
 GROUP BY job_id;
 
 -- name: execution_running_of_jobs
-SELECT id, job_id, started_at FROM executions
+SELECT id, job_id, started_at FROM runs
 WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: execution_newest_missed_of_jobs
@@ -204,67 +209,83 @@ WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND trigger = 'schedule'
 GROUP BY job_id;
 
 -- name: execution_start_many
-UPDATE executions
+UPDATE runs
 SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
     lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued'
 RETURNING *;
 
 -- name: attempt_insert
-INSERT INTO attempts (execution_id, attempt, worker, fencing_token, started_at, outcome)
-VALUES (:id, :attempt, :owner, :fencing_token, :now, 'running');
+INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at, outcome)
+VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
 
 -- name: attempt_finish
 UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
-WHERE execution_id = :id AND fencing_token = :fencing_token;
+WHERE execution_id = :id AND scheduled_for = :scheduled_for AND fencing_token = :fencing_token;
 
 -- name: execution_defer
 -- Not started now: held for a paused job, or waiting for a running predecessor (overlap=queue).
-UPDATE executions SET status = 'scheduled', due_at = :due_at, reason = :reason
+UPDATE runs SET status = 'scheduled', due_at = :due_at, reason = :reason
 WHERE id = :id AND status = 'queued';
 
 -- name: executions_wake_waiting
 -- Runs of these jobs waiting for a running predecessor are due now: one of the jobs' runs ended.
 -- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
-UPDATE executions SET due_at = :now
+UPDATE runs SET due_at = :now
 WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status = 'scheduled'
   AND reason LIKE 'waiting for %' AND due_at > :now;
 
 -- name: execution_replace
 -- overlap=replace: the running predecessor is cancelled and its token bumped, fencing its writes.
-UPDATE executions
+UPDATE runs
 SET status = 'cancelled', reason = :reason, finished_at = :now, fencing_token = fencing_token + 1,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = :id AND status = 'running'
-RETURNING id, fencing_token - 1 AS fencing_token;
+RETURNING id, scheduled_for, fencing_token - 1 AS fencing_token;
 
 -- name: execution_heartbeat
 -- Only the (id, fencing token) pairs the worker runs: a run it claimed but lost track of is not
 -- kept alive, so the reaper frees it. :held is a JSON object {id: token}. The unary + keeps the
 -- planner on the primary key (one lookup per pair) rather than scanning the owner's leases.
-UPDATE executions SET lease_expires_at = :lease_expires_at
+UPDATE runs SET lease_expires_at = :lease_expires_at
 WHERE (id, fencing_token) IN (SELECT key, value FROM json_each(:held))
   AND +lease_owner = :owner AND status = 'running'
 RETURNING id, fencing_token;
 
 -- name: execution_current_tokens
-SELECT e.id, e.job_id, e.trigger, e.fencing_token, e.status, e.attempt, e.lease_owner,
+SELECT e.id, e.job_id, e.trigger, e.scheduled_for, e.fencing_token, e.status, e.attempt, e.lease_owner,
        j.status AS job_status, j.tenant
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
 
 -- name: execution_finish
 -- Every terminal or retry transition of a running execution; the caller checked its token.
-UPDATE executions
+UPDATE runs
 SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last_error = :error,
     reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN :status IN ('scheduled', 'queued') THEN NULL ELSE :now END,
     attempt = attempt - :uncount_attempt
 WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 
+-- name: execution_finish_final
+-- A running run's final outcome (the caller checked its token): copied into the history with its
+-- final values (execution_finish_final_delete then deletes it), no update of the hot row first.
+INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status, attempt,
+                               priority, lease_owner, lease_expires_at, fencing_token, result,
+                               last_error, reason, created_at, started_at, finished_at, catchup,
+                               queued_at)
+SELECT id, job_id, shard, trigger, scheduled_for, due_at, :status, attempt - :uncount_attempt,
+       priority, NULL, NULL, fencing_token, :result, :error, :reason, created_at, started_at, :now,
+       catchup, queued_at
+FROM runs WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
+
+-- name: execution_finish_final_delete
+DELETE FROM runs WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
+
 -- name: dead_letter_insert
-INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at)
-VALUES (:id, :job_id, :tenant, :attempts, :error, :now)
+INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at,
+                          scheduled_for)
+VALUES (:id, :job_id, :tenant, :attempts, :error, :now, :scheduled_for)
 ON CONFLICT (execution_id) DO UPDATE
 SET attempts = excluded.attempts, last_error = excluded.last_error, created_at = excluded.created_at;
 
@@ -278,7 +299,7 @@ LIMIT :limit;
 DELETE FROM dead_letters WHERE execution_id = :id;
 
 -- name: execution_replay
-UPDATE executions
+UPDATE runs
 SET status = 'scheduled', due_at = :now, attempt = 0, last_error = NULL, finished_at = NULL,
     reason = 'replayed from the dead-letter table'
 WHERE id = :id AND status = 'failed';
@@ -423,20 +444,20 @@ SELECT (e.finished_at - :since) / :bucket AS ended, e.status,
            THEN (min(max(e.due_at, :since), e.started_at) - :since) / :bucket END AS joined,
        CASE WHEN e.started_at >= :since THEN (e.started_at - :since) / :bucket END AS left_at,
        count(*) AS runs
-FROM executions e
+FROM execution_history e
 WHERE e.finished_at >= :since AND e.finished_at < :until
   AND (:tenant IS NULL OR +e.job_id IN (SELECT id FROM jobs WHERE tenant = :tenant))
 GROUP BY 1, 2, 3, 4, 5
 UNION ALL
 SELECT NULL, NULL, NULL, (min(max(e.due_at, :since), e.started_at) - :since) / :bucket,
        (e.started_at - :since) / :bucket, count(*)
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.started_at >= :since AND e.started_at < :until
   AND (:tenant IS NULL OR j.tenant = :tenant)
 GROUP BY 4, 5
 UNION ALL
 SELECT NULL, NULL, NULL, (max(e.due_at, :since) - :since) / :bucket, NULL, count(*)
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard IN (SELECT value FROM json_each(:shards))
   AND e.status IN ('scheduled', 'queued') AND e.due_at < :until
   AND j.status = 'active' AND (:tenant IS NULL OR j.tenant = :tenant)
@@ -445,7 +466,7 @@ GROUP BY 4;
 -- name: execution_running_by_owner
 SELECT e.lease_owner AS owner, sum(e.lease_expires_at > :now) AS running,
        sum(e.lease_expires_at <= :now) AS expired
-FROM executions e JOIN jobs j ON j.id = e.job_id
+FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND (:tenant IS NULL OR j.tenant = :tenant)
 GROUP BY e.lease_owner
 ORDER BY e.lease_owner;
@@ -461,11 +482,20 @@ ORDER BY s.owner;
 SELECT count(*) FROM (SELECT 1 FROM dead_letters WHERE tenant = :tenant LIMIT :limit);
 
 -- name: execution_last_of_jobs
--- Per job, from its newest fire time back (the unique index), the first run that is not pending.
-SELECT e.* FROM json_each(:ids) AS j
-JOIN executions e ON e.id = (
-    SELECT n.id FROM executions n
-    WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
+-- Per job, its newest final run (the history's (job_id, scheduled_for) index, backwards) and its
+-- newest running one (runs' unique key): the caller keeps the later of the two. Each table is
+-- read alone: a join through the view by id would read all of it.
+SELECT h.* FROM json_each(:ids) AS j
+JOIN execution_history h ON h.id = (
+    SELECT n.id FROM execution_history n
+    WHERE n.job_id = j.value
+    ORDER BY n.scheduled_for DESC
+    LIMIT 1)
+UNION ALL
+SELECT r.* FROM json_each(:ids) AS j
+JOIN runs r ON r.id = (
+    SELECT n.id FROM runs n
+    WHERE n.job_id = j.value AND n.status = 'running'
     ORDER BY n.scheduled_for DESC
     LIMIT 1);
 
@@ -568,4 +598,57 @@ SELECT running, tat FROM tenant_usage WHERE tenant = :tenant;
 -- name: execution_hold_for_slot
 -- A run given a slot under its tenant's starts/s limit: the slot is its hand-over to the queue
 -- (queued_at, so its lateness counts from the slot), the reason says it holds one.
-UPDATE executions SET queued_at = :slot, reason = :reason WHERE id = :id AND status = 'queued';
+UPDATE runs SET queued_at = :slot, reason = :reason WHERE id = :id AND status = 'queued';
+
+-- --- hot runs and history ------------------------------------------------------------------
+
+-- name: runs_archive
+-- Copy the runs that are final now to execution_history (runs_delete_final then deletes them):
+-- the history is written once, at the final state.
+INSERT INTO execution_history
+SELECT * FROM runs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('succeeded', 'failed', 'cancelled', 'skipped');
+
+-- name: runs_delete_final
+DELETE FROM runs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('succeeded', 'failed', 'cancelled', 'skipped');
+
+-- name: execution_unarchive
+-- A dead letter replayed: its run goes back from the history to runs.
+INSERT INTO runs
+SELECT * FROM execution_history
+WHERE id = :id AND scheduled_for = :scheduled_for AND status = 'failed';
+
+-- name: history_delete_run
+DELETE FROM execution_history WHERE id = :id AND scheduled_for = :scheduled_for;
+
+-- name: history_protected_days
+-- The UTC days (number since the epoch) before :cutoff that retention must keep: a day holding an
+-- unresolved dead letter (a human decides about those), a run not final yet, or a run that
+-- ended within the retention (a late retry, a replayed dead letter: read through the
+-- history's finished_at index, a short range).
+SELECT scheduled_for / 86400000000 AS day FROM dead_letters WHERE scheduled_for < :cutoff
+UNION
+SELECT scheduled_for / 86400000000 FROM runs WHERE scheduled_for < :cutoff
+UNION
+SELECT scheduled_for / 86400000000 FROM execution_history
+WHERE finished_at >= :cutoff AND scheduled_for < :cutoff;
+
+-- name: history_delete_expired
+-- A batch of the runs older than the retention, except on protected days (:days, a JSON array).
+DELETE FROM execution_history
+WHERE rowid IN (
+    SELECT rowid FROM execution_history
+    WHERE scheduled_for < :cutoff
+      AND scheduled_for / 86400000000 NOT IN (SELECT value FROM json_each(:days))
+    LIMIT :limit);
+
+-- name: attempts_delete_expired
+DELETE FROM attempts
+WHERE rowid IN (
+    SELECT rowid FROM attempts
+    WHERE scheduled_for < :cutoff
+      AND scheduled_for / 86400000000 NOT IN (SELECT value FROM json_each(:days))
+    LIMIT :limit);

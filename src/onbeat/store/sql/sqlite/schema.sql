@@ -30,7 +30,9 @@ CREATE INDEX jobs_tenant_id ON jobs (tenant, id);
 CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
 CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
 
-CREATE TABLE executions (
+-- The hot state: runs not final yet (scheduled, queued, running). A run that becomes final moves
+-- to execution_history in the transaction that ends it.
+CREATE TABLE runs (
     id               TEXT PRIMARY KEY,
     job_id           TEXT NOT NULL REFERENCES jobs (id),
     shard            INTEGER NOT NULL,
@@ -51,17 +53,50 @@ CREATE TABLE executions (
     finished_at      INTEGER,
     catchup          INTEGER NOT NULL DEFAULT 0,     -- run by the misfire policy although missed
     queued_at        INTEGER,                        -- handed to the delay queue
-    UNIQUE (job_id, scheduled_for, trigger)
+    UNIQUE (job_id, scheduled_for, trigger)          -- also the look-up of a job's runs
 );
-CREATE INDEX executions_dispatch ON executions (shard, status, due_at);
-CREATE INDEX executions_lease_expiry ON executions (lease_expires_at) WHERE status = 'running';
-CREATE INDEX executions_lease_owner ON executions (lease_owner) WHERE status = 'running';
-CREATE INDEX executions_job ON executions (job_id, status);
-CREATE INDEX executions_finished ON executions (finished_at, status, started_at, due_at, job_id)
-    WHERE finished_at IS NOT NULL;
+CREATE INDEX runs_dispatch ON runs (shard, status, due_at);
+CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
+CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE status = 'running';
+
+-- Final runs (succeeded, failed, cancelled, skipped), written once; retention deletes them by
+-- fire time (Store.history_maintain).
+CREATE TABLE execution_history (
+    id               TEXT PRIMARY KEY,
+    job_id           TEXT NOT NULL,
+    shard            INTEGER NOT NULL,
+    trigger          TEXT NOT NULL,
+    scheduled_for    INTEGER NOT NULL,
+    due_at           INTEGER NOT NULL,
+    status           TEXT NOT NULL,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    priority         INTEGER NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at INTEGER,
+    fencing_token    INTEGER NOT NULL DEFAULT 0,
+    result           TEXT,
+    last_error       TEXT,
+    reason           TEXT,
+    created_at       INTEGER NOT NULL,
+    started_at       INTEGER,
+    finished_at      INTEGER,
+    catchup          INTEGER NOT NULL DEFAULT 0,
+    queued_at        INTEGER
+);
+CREATE INDEX execution_history_fire ON execution_history (job_id, scheduled_for, trigger);
+CREATE INDEX execution_history_finished
+    ON execution_history (finished_at, status, started_at, due_at, job_id);
+CREATE INDEX execution_history_age ON execution_history (scheduled_for);
+
+-- Every run, as the API, the dashboard and the audit read them.
+CREATE VIEW executions AS
+    SELECT * FROM runs
+    UNION ALL
+    SELECT * FROM execution_history;
 
 CREATE TABLE attempts (
-    execution_id  TEXT NOT NULL REFERENCES executions (id),
+    execution_id  TEXT NOT NULL,
+    scheduled_for INTEGER NOT NULL,                 -- the run's: retention deletes by it
     attempt       INTEGER NOT NULL,
     worker        TEXT NOT NULL,
     fencing_token INTEGER NOT NULL,
@@ -71,14 +106,16 @@ CREATE TABLE attempts (
     error         TEXT,
     PRIMARY KEY (execution_id, fencing_token)
 );
+CREATE INDEX attempts_age ON attempts (scheduled_for);
 
 CREATE TABLE dead_letters (
-    execution_id TEXT PRIMARY KEY REFERENCES executions (id),
-    job_id       TEXT NOT NULL,
-    tenant       TEXT NOT NULL,
-    attempts     INTEGER NOT NULL,
-    last_error   TEXT,
-    created_at   INTEGER NOT NULL
+    execution_id  TEXT PRIMARY KEY,
+    job_id        TEXT NOT NULL,
+    tenant        TEXT NOT NULL,
+    attempts      INTEGER NOT NULL,
+    last_error    TEXT,
+    created_at    INTEGER NOT NULL,
+    scheduled_for INTEGER NOT NULL                  -- the run's: retention keeps its day
 );
 CREATE INDEX dead_letters_tenant ON dead_letters (tenant, execution_id);
 
