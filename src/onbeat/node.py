@@ -17,7 +17,8 @@ import sys
 from onbeat.app import App
 from onbeat.errors import OnbeatError, QueueUnavailableError
 from onbeat.metrics import Metrics
-from onbeat.queue import DelayQueue, open_queue
+from onbeat.queue import DelayQueue, open_node_queue
+from onbeat.queue.failover import FailoverDelayQueue
 from onbeat.scheduler import Scheduler
 from onbeat.settings import redact_url
 from onbeat.store import one_line
@@ -37,7 +38,12 @@ class Node:
         self._worker: Worker | None = None
         if scheduler or worker:
             try:
-                self._queue = open_queue(app.settings.queue_url, app.clock)
+                self._queue = open_node_queue(
+                    app.settings.queue_url,
+                    app.settings.database_url,
+                    app.clock,
+                    failover=app.settings.queue_failover,
+                )
             except ValueError as exc:
                 raise OnbeatError(str(exc)) from None
         if scheduler:
@@ -45,6 +51,8 @@ class Node:
                 app.store, self.queue, app.settings, app.clock, metrics=self.metrics
             )
             app.on_submit(self._scheduler.wake)
+            if isinstance(self._queue, FailoverDelayQueue):
+                self._queue.on_primary_change(self._scheduler.recheck_queue)
         if worker:
             self._worker = Worker(
                 app.store, self.queue, app.registry, app.settings, app.clock, metrics=self.metrics
