@@ -194,22 +194,19 @@ class FailoverDelayQueue:
                 await asyncio.sleep(0)  # something may be due: still yield, so a caller cannot spin
                 return
             if self._primary_usable():
-                inner = asyncio.ensure_future(self._primary.wait(span))
-            else:
-                inner = asyncio.ensure_future(
-                    self._clock.sleep(min(span, self._primary_retry_at - now))
-                )
-            waker = asyncio.ensure_future(woken.wait())
-            try:
-                await asyncio.wait((inner, waker), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (inner, waker):
-                    task.cancel()
-                await asyncio.gather(inner, waker, return_exceptions=True)
-            error = None if inner.cancelled() or not inner.done() else inner.exception()
-            if isinstance(error, QueueUnavailableError):
-                self._primary_failed(error)
-            elif error is not None:
+                error = await _race(self._primary.wait(span), woken)
+                if not isinstance(error, QueueUnavailableError):
+                    if error is not None:
+                        raise error
+                    return
+                # Its wake-up subscription is down (Redis down, or reconnecting after an
+                # outage): the claims, not this, tell whether the primary works; sleep instead.
+                now, span = self._clock.monotonic(), span - (self._clock.monotonic() - now)
+                if span <= 0:
+                    return
+            pause = min(span, max(self._primary_retry_at - now, 0.0) or PRIMARY_RETRY)
+            error = await _race(self._clock.sleep(pause), woken)
+            if error is not None:  # a broken clock must not pass for a timeout
                 raise error
         finally:
             self._wakers.pop(woken, None)
@@ -363,3 +360,16 @@ class FailoverDelayQueue:
     def _fallback_failed(self) -> None:
         self._fallback_known = False
         self._fallback_retry_at = self._clock.monotonic() + PRIMARY_RETRY
+
+
+async def _race(sleep: Awaitable[None], woken: asyncio.Event) -> BaseException | None:
+    """Await ``sleep`` until it ends or ``woken`` is set; returns what ``sleep`` raised."""
+    inner = asyncio.ensure_future(sleep)
+    waker = asyncio.ensure_future(woken.wait())
+    try:
+        await asyncio.wait((inner, waker), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (inner, waker):
+            task.cancel()
+        await asyncio.gather(inner, waker, return_exceptions=True)
+    return None if inner.cancelled() or not inner.done() else inner.exception()
