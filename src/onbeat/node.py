@@ -120,6 +120,14 @@ class Node:
             )
         if self._scheduler is not None:
             services.append(self._scheduler.run(self.stop))
+            if settings.database_url.startswith(("postgresql://", "postgres://")):
+                from onbeat import dispatch_wake  # psycopg: imported only for PostgreSQL
+
+                services.append(
+                    dispatch_wake.listen(
+                        settings.database_url, self._scheduler.wake, self.app.clock, self.stop
+                    )
+                )
         if listen is not None:
             from onbeat.api.server import serve_api
 
