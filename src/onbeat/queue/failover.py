@@ -52,6 +52,8 @@ PRIMARY_RETRY = 1.0
 """Seconds (clock) between attempts on a primary that failed."""
 PROBE_INTERVAL = 1.0
 """Seconds (clock) without a primary call after which a watched queue pings the primary."""
+UNHEARD_POLL = 0.5
+"""Seconds (clock) between looks at the fallback while its enqueues cannot be followed."""
 FALLBACK_RECHECK = 30.0
 """Seconds (clock) after which the fallback's earliest due time is read again without news."""
 
@@ -284,18 +286,26 @@ class FailoverDelayQueue:
     # -- the fallback ----------------------------------------------------------------------
 
     async def _start(self) -> None:
-        """Start listening to the fallback's enqueues (once; again after a failure), and the
-        probe if anyone listens to the failover."""
+        """Start following the fallback's enqueues (once; again after a failure), and the
+        probe if anyone listens to the failover. Raises only ``RuntimeError`` (closed)."""
         if self._closed:
             raise RuntimeError("FailoverDelayQueue is closed")
         if self._listeners and self._probe is None:
             self._probe = asyncio.create_task(self._probe_loop(), name="onbeat-queue-probe")
-        if self._observing:
+        if self._observing or self._clock.monotonic() < self._fallback_retry_at:
             return
         async with self._observe_lock:
-            if not self._observing:
+            if self._observing:
+                return
+            try:
                 await self._fallback.observe(self._heard)
-                self._observing = True
+            except QueueUnavailableError as error:
+                # Not fatal: Redis may work. Until the fallback answers, it is tried once per
+                # PRIMARY_RETRY and its content is unknown.
+                log.warning("the fallback queue cannot be reached: %s", error)
+                self._fallback_failed()
+                return
+            self._observing = True
 
     def _heard(self, due: datetime | None) -> None:
         """A batch was enqueued to the fallback (by any process) with this earliest due time."""
@@ -317,6 +327,8 @@ class FailoverDelayQueue:
         now = self._clock.monotonic()
         if now < self._fallback_retry_at:
             return self._fallback_retry_at
+        if not self._observing:  # no news of other processes' enqueues: poll
+            return self._fallback_read_at + UNHEARD_POLL
         if not self._fallback_known:
             return now
         recheck = self._fallback_read_at + FALLBACK_RECHECK
