@@ -59,8 +59,15 @@ class Node:
             )
             if self._scheduler is not None:
                 self._worker.on_runs_woken = self._scheduler.wake
+        if isinstance(self._queue, FailoverDelayQueue):
+            self._queue.on_primary_change(self._count_failover)
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
+
+    def _count_failover(self, primary_up: bool) -> None:
+        self.metrics.queue_on_fallback.set(0 if primary_up else 1)
+        if not primary_up:
+            self.metrics.queue_failovers.inc()
 
     @property
     def queue(self) -> DelayQueue:

@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from onbeat import App
 from onbeat.errors import QueueUnavailableError
+from onbeat.node import Node
 from onbeat.queue.base import QueueItem
 from onbeat.queue.failover import PRIMARY_RETRY, FailoverDelayQueue
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.queue.table import TableDelayQueue, open_table_queue
 from onbeat.testing.clock import FakeClock
+from onbeat.testing.postgres import fresh_schema
+from tests.integration.test_metrics import value
 from tests.queue_backends import fresh_queue_url
 
 pytestmark = pytest.mark.external_service
@@ -174,3 +178,26 @@ async def test_failover__another_process_enqueueing_to_the_fallback_is_heard(
         assert await queue.claim_due(10) == ["elsewhere"]
     finally:
         await other.close()
+
+
+async def test_failover__a_fleet_node_uses_it_and_counts_failovers(clock: FakeClock) -> None:
+    """Redis URL + PostgreSQL store: the node's queue fails over (Redis here is a dead port),
+    its metrics say so, and its scheduler is asked to check its queued runs at once."""
+    with fresh_schema() as database_url:
+        app = App(database_url, "redis://127.0.0.1:18748/0", clock=clock)
+        try:
+            node = Node(app, worker=False)
+            assert isinstance(node.queue, FailoverDelayQueue)
+            await node.queue.enqueue([QueueItem("r1", _at(clock, 0))])
+            assert value(node.metrics, "onbeat_queue_on_fallback") == 1
+            assert value(node.metrics, "onbeat_queue_failovers_total") == 1
+            assert node.scheduler._sweep_wake.is_set()
+            assert await node.queue.claim_due(10) == ["r1"]
+            await node.queue.close()
+        finally:
+            app.close()
+        off = App(database_url, "redis://127.0.0.1:18748/0", clock=clock, queue_failover=False)
+        try:
+            assert not isinstance(Node(off, worker=False).queue, FailoverDelayQueue)
+        finally:
+            off.close()
