@@ -35,7 +35,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
@@ -196,7 +196,10 @@ class FailoverDelayQueue:
                 await asyncio.sleep(0)  # something may be due: still yield, so a caller cannot spin
                 return
             if self._primary_usable():
-                error = await _race(self._primary.wait(span), woken)
+                # Bounded on the clock too: a primary stuck in I/O must not hold a worker
+                # (and the fallback's runs) past its span.
+                limit = self._clock.sleep(span + PRIMARY_TIMEOUT)
+                error = await _race(self._primary.wait(span), woken, limit)
                 if not isinstance(error, QueueUnavailableError):
                     if error is not None:
                         raise error
@@ -374,14 +377,19 @@ class FailoverDelayQueue:
         self._fallback_retry_at = self._clock.monotonic() + PRIMARY_RETRY
 
 
-async def _race(sleep: Awaitable[None], woken: asyncio.Event) -> BaseException | None:
-    """Await ``sleep`` until it ends or ``woken`` is set; returns what ``sleep`` raised."""
+async def _race(
+    sleep: Awaitable[None], woken: asyncio.Event, limit: Awaitable[None] | None = None
+) -> BaseException | None:
+    """Await ``sleep`` until it ends, ``woken`` is set or ``limit`` ends; returns what ``sleep``
+    raised."""
     inner = asyncio.ensure_future(sleep)
-    waker = asyncio.ensure_future(woken.wait())
+    others: list[asyncio.Future[Any]] = [asyncio.ensure_future(woken.wait())]
+    if limit is not None:
+        others.append(asyncio.ensure_future(limit))
     try:
-        await asyncio.wait((inner, waker), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((inner, *others), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (inner, waker):
+        for task in (inner, *others):
             task.cancel()
-        await asyncio.gather(inner, waker, return_exceptions=True)
+        await asyncio.gather(inner, *others, return_exceptions=True)
     return None if inner.cancelled() or not inner.done() else inner.exception()
