@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from onbeat.queue import DelayQueue, open_failover_queue, open_queue
+from onbeat.queue.failover import FailoverDelayQueue
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.queue_contract import DelayQueueContract
 from onbeat.testing.redis_queue import drop_prefix
@@ -58,6 +59,9 @@ async def delay_queue(
             queue = open_failover_queue(url, fallback_url, clock)
             try:
                 yield queue
+                if request.param == "failover":  # Redis up: the test ran on it, not the fallback
+                    assert isinstance(queue, FailoverDelayQueue)
+                    assert queue.primary_up
             finally:
                 await queue.close()
                 await drop_prefix(prefix)

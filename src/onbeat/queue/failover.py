@@ -47,7 +47,10 @@ __all__ = ["FailoverDelayQueue"]
 log = logging.getLogger("onbeat.queue")
 
 PRIMARY_TIMEOUT = 1.0
-"""Seconds (real time) a primary call may take before the fallback is used instead."""
+"""Seconds (real time) a primary call may take before the fallback is used instead, plus
+``PER_ITEM_TIMEOUT`` per id the call carries (a big batch is slow, not a failure)."""
+PER_ITEM_TIMEOUT = 50e-6
+"""Seconds per id added to ``PRIMARY_TIMEOUT``: 5,000 ids (the dispatch batch) get 1.25 s."""
 PRIMARY_RETRY = 1.0
 """Seconds (clock) between attempts on a primary that failed."""
 PROBE_INTERVAL = 1.0
@@ -104,7 +107,7 @@ class FailoverDelayQueue:
     async def enqueue(self, items: Sequence[QueueItem]) -> None:
         await self._start()
         if self._primary_usable():
-            done, _ = await self._on_primary(lambda: self._primary.enqueue(items))
+            done, _ = await self._on_primary(lambda: self._primary.enqueue(items), len(items))
             if done:
                 if items:
                     self._wake_waiters(min(item.due_at for item in items))
@@ -128,7 +131,7 @@ class FailoverDelayQueue:
             return claimed
         if self._primary_usable():
             done, ids = await self._on_primary(
-                lambda: self._primary.claim_due(limit - len(claimed))
+                lambda: self._primary.claim_due(limit - len(claimed)), limit
             )
             if done:
                 return claimed + (ids or [])
@@ -141,7 +144,7 @@ class FailoverDelayQueue:
         if not execution_ids:
             return
         if self._primary_usable():
-            await self._on_primary(lambda: self._primary.remove(execution_ids))
+            await self._on_primary(lambda: self._primary.remove(execution_ids), len(execution_ids))
         await self._fallback.remove(execution_ids)
 
     async def missing(self, execution_ids: Sequence[str]) -> list[str]:
@@ -150,7 +153,9 @@ class FailoverDelayQueue:
             return []
         lacking: list[str] | None = None
         if self._primary_usable():
-            _, lacking = await self._on_primary(lambda: self._primary.missing(execution_ids))
+            _, lacking = await self._on_primary(
+                lambda: self._primary.missing(execution_ids), len(execution_ids)
+            )
         if lacking is None:  # the primary cannot say: only what the fallback holds counts
             lacking = list(execution_ids)
         return await self._fallback.missing(lacking) if lacking else []
@@ -195,24 +200,28 @@ class FailoverDelayQueue:
             if span <= 0 or woken.is_set():
                 await asyncio.sleep(0)  # something may be due: still yield, so a caller cannot spin
                 return
-            if self._primary_usable():
-                # Bounded on the clock too: a primary stuck in I/O must not hold a worker
-                # (and the fallback's runs) past its span.
-                limit = self._clock.sleep(span + PRIMARY_TIMEOUT)
-                error = await _race(self._primary.wait(span), woken, limit)
-                if not isinstance(error, QueueUnavailableError):
-                    if error is not None:
+            deadline = now + span
+            while (left := deadline - self._clock.monotonic()) > 0 and not woken.is_set():
+                if self._primary_usable():
+                    # Bounded on the clock too: a primary stuck in I/O must not hold a worker
+                    # (and the fallback's runs) past its span.
+                    limit = self._clock.sleep(left + PRIMARY_TIMEOUT)
+                    error = await _race(self._primary.wait(left), woken, limit)
+                    if not isinstance(error, QueueUnavailableError):
+                        if error is not None:
+                            raise error
+                        return
+                    # Its wake-up subscription is down (Redis down, or reconnecting after an
+                    # outage): the claims, not this, say whether the primary works. Sleep a
+                    # little, then try its wait again.
+                    pause = PRIMARY_RETRY
+                else:
+                    pause = self._primary_retry_at - self._clock.monotonic()
+                pause = min(pause, deadline - self._clock.monotonic())
+                if pause > 0:
+                    error = await _race(self._clock.sleep(pause), woken)
+                    if error is not None:  # a broken clock must not pass for a timeout
                         raise error
-                    return
-                # Its wake-up subscription is down (Redis down, or reconnecting after an
-                # outage): the claims, not this, tell whether the primary works; sleep instead.
-                now, span = self._clock.monotonic(), span - (self._clock.monotonic() - now)
-                if span <= 0:
-                    return
-            pause = min(span, max(self._primary_retry_at - now, 0.0) or PRIMARY_RETRY)
-            error = await _race(self._clock.sleep(pause), woken)
-            if error is not None:  # a broken clock must not pass for a timeout
-                raise error
         finally:
             self._wakers.pop(woken, None)
 
@@ -235,11 +244,17 @@ class FailoverDelayQueue:
     def _primary_usable(self) -> bool:
         return self._primary_up or self._clock.monotonic() >= self._primary_retry_at
 
-    async def _on_primary(self, call: Callable[[], Awaitable[T]]) -> tuple[bool, T | None]:
-        """Run ``call`` on the primary with a short timeout. Returns (True, its result), or
-        (False, None) if the primary is unavailable (the failure is recorded)."""
+    async def _on_primary(
+        self, call: Callable[[], Awaitable[T]], ids: int = 0
+    ) -> tuple[bool, T | None]:
+        """Run ``call`` (carrying ``ids`` ids) on the primary with a short timeout. Returns
+        (True, its result), or (False, None) if the primary is unavailable (recorded).
+
+        A call cut off by the timeout may have done its work all the same: an enqueue then
+        leaves copies in both queues (the store starts the run once), a claim loses its ids
+        until the sweep re-enqueues them (as when a worker dies right after claiming)."""
         try:
-            result = await asyncio.wait_for(call(), PRIMARY_TIMEOUT)
+            result = await asyncio.wait_for(call(), PRIMARY_TIMEOUT + ids * PER_ITEM_TIMEOUT)
         except (QueueUnavailableError, TimeoutError) as error:
             self._primary_failed(error)
             return False, None
