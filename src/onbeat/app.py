@@ -7,16 +7,17 @@ the store call in a thread so the event loop keeps serving).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypedDict, TypeVar, Unpack
 
 from onbeat import validation
 from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
 from onbeat.clock import Clock, SystemClock
-from onbeat.errors import NotFoundError, TaskNotFoundError, ValidationError
+from onbeat.errors import NotFoundError, OnbeatError, TaskNotFoundError, ValidationError
 from onbeat.limits import (
     MAX_IN_FLIGHT,
     MAX_STARTS_PER_SECOND,
@@ -39,6 +40,7 @@ from onbeat.store.base import CreatedJob, JobChanges, NewJob, PublishedTask
 from onbeat.task import Task, TaskFunction, TaskRegistry
 
 F = TypeVar("F", bound=TaskFunction)
+log = logging.getLogger("onbeat.app")
 
 
 class JobOptions(TypedDict, total=False):
@@ -115,9 +117,21 @@ class App:
         scheduler uses it to dispatch at once instead of at its next poll)."""
         self._submit_listeners.append(listener)
 
-    def _submitted(self) -> None:
+    def _submitted(self, due: datetime | None = None) -> None:
+        """Work was submitted; ``due``: when its earliest run is due (None: not known). The
+        listeners are told; so are the schedulers of other processes on PostgreSQL (a NOTIFY,
+        see ``onbeat.dispatch_wake``) when that is within the dispatch window."""
         for listener in self._submit_listeners:
             listener()
+        notify = getattr(self.store, "notify_dispatch", None)
+        if notify is None:
+            return
+        if due is not None and due > self.store.now() + timedelta(seconds=self.settings.window):
+            return  # a scheduler's poll reaches it well before it is due
+        try:
+            notify()
+        except OnbeatError as exc:  # the poll dispatches it all the same, a little later
+            log.warning("could not wake the schedulers of other processes: %s", exc)
 
     # --- tasks ------------------------------------------------------------------------------
     def task(
@@ -251,14 +265,16 @@ class App:
         created = self.store.job_create(
             self.prepare(task_name, params, cron, at, timezone, **options)
         )
-        self._submitted()
+        self._submitted(created.job.next_fire_at)
         return created
 
     def submit_many(self, jobs: Sequence[NewJob]) -> list[CreatedJob]:
         """Store jobs made by :meth:`prepare` in one transaction: all of them or, if the store
         refuses one (an idempotency key reused for another submission), none."""
         created = self.store.job_create_many(jobs)
-        self._submitted()
+        dues = [c.job.next_fire_at for c in created if c.job.next_fire_at is not None]
+        if created:
+            self._submitted(min(dues) if len(dues) == len(created) else None)
         return created
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:
@@ -314,7 +330,7 @@ class App:
     def run_now(self, job_id: str, *, tenant: str | None = None) -> Execution:
         self.get_job(job_id, tenant=tenant)
         execution = self.store.job_run_now(job_id)
-        self._submitted()
+        self._submitted(execution.due_at)
         return execution
 
     def audit(
@@ -408,7 +424,7 @@ class App:
     def replay_dead_letter(self, execution_id: str, *, tenant: str | None = None) -> Execution:
         self._dead_letter_visible(execution_id, tenant)
         execution = self.store.dead_letter_replay(execution_id)
-        self._submitted()
+        self._submitted(execution.due_at)
         return execution
 
     def drop_dead_letter(self, execution_id: str, *, tenant: str | None = None) -> None:

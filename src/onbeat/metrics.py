@@ -81,6 +81,16 @@ class Metrics:
             "Queued runs the sweep handed to the delay queue again (the queue had lost them).",
             registry=r,
         )
+        self.queue_on_fallback = Gauge(
+            "onbeat_queue_on_fallback",
+            "1 while this process's delay queue uses its PostgreSQL fallback (Redis is down).",
+            registry=r,
+        )
+        self.queue_failovers = Counter(
+            "onbeat_queue_failovers",
+            "Times this process's delay queue found Redis down and turned to its fallback.",
+            registry=r,
+        )
         self.loop_stalls = Counter(
             "onbeat_event_loop_stalls",
             "Times the event loop did not answer the watchdog in time.",

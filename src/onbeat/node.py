@@ -20,7 +20,8 @@ from prometheus_client import start_http_server
 from onbeat.app import App
 from onbeat.errors import OnbeatError, QueueUnavailableError
 from onbeat.metrics import Metrics
-from onbeat.queue import DelayQueue, open_queue
+from onbeat.queue import DelayQueue, open_node_queue
+from onbeat.queue.failover import FailoverDelayQueue
 from onbeat.scheduler import Scheduler
 from onbeat.settings import redact_url
 from onbeat.store import one_line
@@ -40,7 +41,12 @@ class Node:
         self._worker: Worker | None = None
         if scheduler or worker:
             try:
-                self._queue = open_queue(app.settings.queue_url, app.clock)
+                self._queue = open_node_queue(
+                    app.settings.queue_url,
+                    app.settings.database_url,
+                    app.clock,
+                    failover=app.settings.queue_failover,
+                )
             except ValueError as exc:
                 raise OnbeatError(str(exc)) from None
         if scheduler:
@@ -48,18 +54,27 @@ class Node:
                 app.store, self.queue, app.settings, app.clock, metrics=self.metrics
             )
             app.on_submit(self._scheduler.wake)
+            if isinstance(self._queue, FailoverDelayQueue):
+                self._queue.on_primary_change(self._scheduler.recheck_queue)
         if worker:
             self._worker = Worker(
                 app.store, self.queue, app.registry, app.settings, app.clock, metrics=self.metrics
             )
             if self._scheduler is not None:
                 self._worker.on_runs_woken = self._scheduler.wake
+        if isinstance(self._queue, FailoverDelayQueue):
+            self._queue.on_primary_change(self._count_failover)
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
 
     def _count_skips(self, skips: Mapping[str, int]) -> None:
         for cause, count in skips.items():
             self.metrics.skipped.labels(cause).inc(count)
+
+    def _count_failover(self, primary_up: bool) -> None:
+        self.metrics.queue_on_fallback.set(0 if primary_up else 1)
+        if not primary_up:
+            self.metrics.queue_failovers.inc()
 
     @property
     def queue(self) -> DelayQueue:
@@ -122,6 +137,14 @@ class Node:
             )
         if self._scheduler is not None:
             services.append(self._scheduler.run(self.stop))
+            if settings.database_url.startswith(("postgresql://", "postgres://")):
+                from onbeat import dispatch_wake  # psycopg: imported only for PostgreSQL
+
+                services.append(
+                    dispatch_wake.listen(
+                        settings.database_url, self._scheduler.wake, self.app.clock, self.stop
+                    )
+                )
         if listen is not None:
             from onbeat.api.server import serve_api
 

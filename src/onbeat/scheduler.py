@@ -106,6 +106,14 @@ class Scheduler:
         else:
             loop.call_soon_threadsafe(self._wake.set)
 
+    def recheck_queue(self, primary_up: bool = True) -> None:
+        """The queue failed over to its fallback, or back (``FailoverDelayQueue``): check every
+        queued run of the held shards against it now, as after a takeover. While Redis is down
+        this moves the runs it held to the fallback, so they start on time; once Redis is back,
+        it refills a Redis that lost its data. Call on the scheduler's event loop."""
+        self._taken_over |= set(self.leases.epochs)
+        self._sweep_wake.set()
+
     async def renew_shards(self) -> None:
         self.leases = await asyncio.to_thread(
             self.store.shard_acquire, self.owner, self.settings.shard_lease_ttl

@@ -49,6 +49,13 @@ class Settings(BaseSettings):
         "but separate scheduler and worker processes need a queue they share.",
         json_schema_extra=_flag(*QUEUE_COMMANDS),
     )
+    queue_failover: bool = Field(
+        default=True,
+        description="With a `redis://` queue and a `postgresql://` store: while Redis is down, "
+        "enqueue to and claim from a table in the store's database instead, so runs keep "
+        "starting (`false`: wait for Redis; the sweep re-enqueues what it lost).",
+        json_schema_extra=_flag(*QUEUE_COMMANDS),
+    )
     migrate: bool = Field(
         default=True,
         description="Apply pending schema migrations on start. With `false` (`--no-migrate`) a "

@@ -182,8 +182,8 @@ class PrivateRedis:
     """A ``redis-server`` of this test's own, without persistence, on a free port: killing it
     loses everything it held, and starting it again gives an empty one on the same port."""
 
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen[bytes] | None = None
@@ -228,8 +228,8 @@ class PrivateRedis:
 
 
 @contextlib.contextmanager
-def private_redis(directory: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(directory)
+def private_redis(directory: Path, port: int | None = None) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(directory, port)
     server.start()
     try:
         yield server

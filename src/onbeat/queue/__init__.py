@@ -5,7 +5,10 @@ from __future__ import annotations
 from onbeat.clock import Clock
 from onbeat.queue.base import DelayQueue, QueueItem
 
-__all__ = ["DelayQueue", "QueueItem", "open_queue"]
+__all__ = ["DelayQueue", "QueueItem", "open_failover_queue", "open_node_queue", "open_queue"]
+
+_REDIS = ("redis://", "rediss://")
+_POSTGRES = ("postgresql://", "postgres://")
 
 
 def open_queue(url: str, clock: Clock) -> DelayQueue:
@@ -28,3 +31,25 @@ def open_queue(url: str, clock: Clock) -> DelayQueue:
         f"queue_url: unsupported scheme in {url!r} "
         "(expected memory://, postgresql://..., sqlite:///PATH, redis://...)"
     )
+
+
+def open_failover_queue(queue_url: str, fallback_url: str, clock: Clock) -> DelayQueue:
+    """Redis at ``queue_url``, falling back to a table queue at ``fallback_url`` (PostgreSQL)
+    while Redis is unavailable: ``failover.FailoverDelayQueue``."""
+    from onbeat.queue.failover import FailoverDelayQueue
+    from onbeat.queue.redis import RedisDelayQueue
+    from onbeat.queue.table import open_table_queue
+
+    primary = RedisDelayQueue.from_url(queue_url, clock)
+    fallback = open_table_queue(fallback_url, clock)
+    return FailoverDelayQueue(primary, fallback, clock, primary_url=primary.url)
+
+
+def open_node_queue(
+    queue_url: str, database_url: str, clock: Clock, *, failover: bool
+) -> DelayQueue:
+    """The queue a node uses: ``queue_url``'s, except that Redis with a PostgreSQL store (and
+    ``failover``) gets the store's database as its fallback while Redis is down."""
+    if failover and queue_url.startswith(_REDIS) and database_url.startswith(_POSTGRES):
+        return open_failover_queue(queue_url, database_url, clock)
+    return open_queue(queue_url, clock)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, Protocol
@@ -147,6 +147,24 @@ class TableDelayQueue:
         self._waiters: set[_Waiter] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._watch_lock = asyncio.Lock()
+        self._observers: list[Callable[[datetime | None], None]] = []
+
+    async def observe(self, on_arrival: Callable[[datetime | None], None]) -> None:
+        """Call ``on_arrival`` with the earliest due time of every batch enqueued from now on,
+        by any process (None: unknown, e.g. notifications were lost: look again). Starts
+        listening now, so nothing committed after this returns is missed; raises
+        ``QueueUnavailableError`` if the database cannot be reached. A driver that cannot
+        notify polls, and reports the earliest due time it saw instead.
+
+        Lets a caller (``FailoverDelayQueue``) keep track of a table it would otherwise have
+        to read on every claim."""
+        self._observers.append(on_arrival)
+        try:
+            await self._ready()
+            await self._watch()
+        except BaseException:
+            self._observers.remove(on_arrival)
+            raise
 
     async def open(self) -> None:
         """Connect and create the table if need be; QueueUnavailableError if it cannot."""
@@ -275,6 +293,10 @@ class TableDelayQueue:
         have committed before the waiter's read (the notification or poll lags), so until the
         waiter knows its deadline it is only noted, then compared with that deadline.
         """
+        if self._observers:
+            when = None if due is None else from_micros(due)
+            for observer in self._observers:
+                observer(when)
         for waiter in self._waiters:
             if due is None:
                 waiter.woken.set()
@@ -328,7 +350,9 @@ class TableDelayQueue:
         failing = False
         while True:
             await asyncio.sleep(POLL_INTERVAL)
-            if not any(waiter.deadline is not None for waiter in self._waiters):
+            if not self._observers and not any(
+                waiter.deadline is not None for waiter in self._waiters
+            ):
                 continue  # nobody is asleep: look at nothing
             try:
                 earliest = await self._driver.earliest()

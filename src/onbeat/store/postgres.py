@@ -289,6 +289,13 @@ class PostgresStore(SQLStore):
         self._write_refused = None
         return None
 
+    def notify_dispatch(self) -> None:
+        """Wake the schedulers of other processes on this database and schema (they LISTEN on
+        ``dispatch_channel``; see ``onbeat.dispatch_wake``): work is due within their window.
+        Sent right after the submission committed; StoreUnavailableError if it cannot be."""
+        with self._read() as c:
+            c.execute(f"SELECT pg_notify({DISPATCH_CHANNEL_SQL}, '')")
+
     def close(self) -> None:
         self._pool.close()
 
@@ -304,6 +311,11 @@ class PostgresStore(SQLStore):
                 server: datetime = row[0]
                 anchor = self._server_anchor = (time.monotonic(), server.astimezone(UTC))
         return anchor[1] + timedelta(seconds=time.monotonic() - anchor[0])
+
+
+DISPATCH_CHANNEL_SQL = "left('onbeat_dispatch_' || current_schema(), 63)"
+"""The NOTIFY channel of dispatch wake-ups, per schema, so that two stores in one database
+(tests, or two deployments) do not wake each other's schedulers."""
 
 
 def pending_migrations(url: str) -> list[int]:

@@ -1,0 +1,203 @@
+"""FailoverDelayQueue: what happens when its primary goes down and comes back.
+
+The DelayQueue contract runs over it with Redis up and with Redis down throughout
+(tests/contract/test_delay_queue.py). Here the primary is switched off and on mid-test (an
+in-process queue that refuses every call while "down"), and the fallback is the PostgreSQL
+table queue whose reads are counted, to show an idle queue does not poll it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from onbeat import App
+from onbeat.errors import QueueUnavailableError
+from onbeat.node import Node
+from onbeat.queue.base import QueueItem
+from onbeat.queue.failover import PRIMARY_RETRY, FailoverDelayQueue
+from onbeat.queue.memory import MemoryDelayQueue
+from onbeat.queue.table import TableDelayQueue, open_table_queue
+from onbeat.testing.clock import FakeClock
+from onbeat.testing.postgres import fresh_schema
+from tests.integration.test_metrics import value
+from tests.queue_backends import fresh_queue_url
+
+pytestmark = pytest.mark.external_service
+
+
+class SwitchableQueue(MemoryDelayQueue):
+    """An in-process primary that refuses every call while ``down``, as a dead Redis does."""
+
+    down = False
+
+    def _refuse(self) -> None:
+        if self.down:
+            raise QueueUnavailableError("primary is down (test)")
+
+    async def enqueue(self, items: Sequence[QueueItem]) -> None:
+        self._refuse()
+        await super().enqueue(items)
+
+    async def claim_due(self, limit: int) -> list[str]:
+        self._refuse()
+        return await super().claim_due(limit)
+
+    async def missing(self, execution_ids: Sequence[str]) -> list[str]:
+        self._refuse()
+        return await super().missing(execution_ids)
+
+    async def next_due_at(self) -> datetime | None:
+        self._refuse()
+        return await super().next_due_at()
+
+    async def wait(self, timeout: float) -> None:
+        self._refuse()
+        await super().wait(timeout)
+
+
+class CountingTable(TableDelayQueue):
+    """Counts the statements the failover sends the fallback."""
+
+    reads = 0
+
+    async def claim_due(self, limit: int) -> list[str]:
+        self.reads += 1
+        return await super().claim_due(limit)
+
+    async def next_due_at(self) -> datetime | None:
+        self.reads += 1
+        return await super().next_due_at()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def parts(
+    clock: FakeClock, tmp_path: Path
+) -> AsyncIterator[tuple[FailoverDelayQueue, SwitchableQueue, CountingTable]]:
+    async with fresh_queue_url("postgres", tmp_path) as url:
+        table = open_table_queue(url, clock)
+        fallback = CountingTable(table._driver, clock)
+        primary = SwitchableQueue(clock)
+        queue = FailoverDelayQueue(primary, fallback, clock, primary_url="switchable://")
+        queue.fallback_url = url  # type: ignore[attr-defined]  # for the "other process"
+        try:
+            yield queue, primary, fallback
+        finally:
+            await queue.close()
+
+
+def _at(clock: FakeClock, seconds: float) -> datetime:
+    return clock.now() + timedelta(seconds=seconds)
+
+
+async def test_failover__runs_enqueued_while_down_are_claimed_from_the_fallback(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable], clock: FakeClock
+) -> None:
+    queue, primary, fallback = parts
+    changes: list[bool] = []
+    queue.on_primary_change(changes.append)
+    await queue.enqueue([QueueItem("before", _at(clock, 0))])
+    primary.down = True
+    await queue.enqueue([QueueItem("during", _at(clock, 0))])
+    assert changes == [False]
+    assert await fallback.size() == 1
+    # Claims while down: the fallback's run, and no error (the primary is skipped).
+    assert await queue.claim_due(10) == ["during"]
+    assert await queue.claim_due(10) == []
+    primary.down = False
+    clock.advance(PRIMARY_RETRY)
+    await queue.enqueue([QueueItem("after", _at(clock, 0))])
+    assert changes == [False, True]
+    assert sorted(await queue.claim_due(10)) == ["after", "before"]
+
+
+async def test_failover__missing_while_down_counts_only_the_fallback(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable], clock: FakeClock
+) -> None:
+    queue, primary, _ = parts
+    await queue.enqueue([QueueItem("in-primary", _at(clock, 5))])
+    primary.down = True
+    await queue.enqueue([QueueItem("in-fallback", _at(clock, 5))])
+    # The sweep moves what the dead primary held into the fallback, and only that.
+    assert await queue.missing(["in-primary", "in-fallback"]) == ["in-primary"]
+    primary.down = False
+    clock.advance(PRIMARY_RETRY)
+    assert await queue.missing(["in-primary", "in-fallback", "gone"]) == ["gone"]
+
+
+async def test_failover__both_down_raises_so_the_worker_backs_off(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable], clock: FakeClock
+) -> None:
+    queue, primary, fallback = parts
+    primary.down = True
+    await queue.claim_due(1)  # learns the primary is down
+
+    async def refused(limit: int) -> list[str]:
+        raise QueueUnavailableError("fallback is down (test)")
+
+    fallback.claim_due = refused  # type: ignore[method-assign]
+    queue._heard(None)  # what the fallback's lost LISTEN connection reports
+    clock.advance(PRIMARY_RETRY)
+    with pytest.raises(QueueUnavailableError):
+        await queue.claim_due(10)
+
+
+async def test_failover__idle_claims_and_waits_do_not_read_the_fallback(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable], clock: FakeClock
+) -> None:
+    queue, _, fallback = parts
+    await queue.claim_due(10)  # learns the fallback is empty
+    reads = fallback.reads
+    for _ in range(50):
+        assert await queue.claim_due(10) == []
+        clock.advance(0.2)
+    assert fallback.reads == reads
+
+
+async def test_failover__another_process_enqueueing_to_the_fallback_is_heard(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable], clock: FakeClock
+) -> None:
+    queue, _, _ = parts
+    await queue.claim_due(10)  # learns the fallback is empty
+    # Another process's failover queue, on the same table, while its Redis is down.
+    other = open_table_queue(queue.fallback_url, clock)  # type: ignore[attr-defined]
+    try:
+        await other.enqueue([QueueItem("elsewhere", _at(clock, 0))])
+        await asyncio.wait_for(
+            queue.wait(5), 10
+        )  # woken by the NOTIFY, not by the timeout (the clock stands still)
+        assert await queue.claim_due(10) == ["elsewhere"]
+    finally:
+        await other.close()
+
+
+async def test_failover__a_fleet_node_uses_it_and_counts_failovers(clock: FakeClock) -> None:
+    """Redis URL + PostgreSQL store: the node's queue fails over (Redis here is a dead port),
+    its metrics say so, and its scheduler is asked to check its queued runs at once."""
+    with fresh_schema() as database_url:
+        app = App(database_url, "redis://127.0.0.1:18748/0", clock=clock)
+        try:
+            node = Node(app, worker=False)
+            assert isinstance(node.queue, FailoverDelayQueue)
+            await node.queue.enqueue([QueueItem("r1", _at(clock, 0))])
+            assert value(node.metrics, "onbeat_queue_on_fallback") == 1
+            assert value(node.metrics, "onbeat_queue_failovers_total") == 1
+            assert node.scheduler._sweep_wake.is_set()
+            assert await node.queue.claim_due(10) == ["r1"]
+            await node.queue.close()
+        finally:
+            app.close()
+        off = App(database_url, "redis://127.0.0.1:18748/0", clock=clock, queue_failover=False)
+        try:
+            assert not isinstance(Node(off, worker=False).queue, FailoverDelayQueue)
+        finally:
+            off.close()
