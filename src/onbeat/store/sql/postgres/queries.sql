@@ -23,11 +23,14 @@ SELECT * FROM jobs WHERE id = :id FOR UPDATE;
 -- name: jobs_lock_of_runs
 -- Lock the jobs of these runs, in id order (every transaction locks jobs before their runs, so
 -- two never wait on each other): claims of one job's runs are decided one after the other.
-SELECT id FROM jobs
-WHERE id IN (SELECT job_id FROM runs
-             WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
-ORDER BY id
-FOR UPDATE;
+-- Driven by the run ids (runs_pkey, then jobs_pkey): as nested IN (...) the planner may hash
+-- the runs against a scan of every job.
+SELECT j.id
+FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS t(id)
+JOIN runs AS r ON r.id = t.id
+JOIN jobs AS j ON j.id = r.job_id
+ORDER BY j.id
+FOR UPDATE OF j;
 
 -- name: shard_map_lock
 -- shard_acquire reads the live schedulers and the leases, then takes its share: one at a time.
