@@ -210,10 +210,15 @@ WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
 FOR UPDATE OF e;
 
 -- name: execution_earliest_due_of_jobs
-SELECT DISTINCT ON (job_id) job_id, id, scheduled_for FROM runs
-WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
-  AND status IN ('scheduled', 'queued') AND due_at <= :now
-ORDER BY job_id, scheduled_for;
+-- Driven by the job ids; "pending" is written as the complement of the other statuses so that
+-- it does not match runs_dispatch, which the planner would read whole (every pending run of
+-- every shard, dead entries included) for the few jobs of a claim.
+SELECT DISTINCT ON (r.job_id) r.job_id, r.id, r.scheduled_for
+FROM jsonb_array_elements_text(CAST(:job_ids AS jsonb)) AS t(job_id)
+JOIN runs AS r ON r.job_id = t.job_id
+WHERE r.status NOT IN ('running', 'succeeded', 'failed', 'cancelled', 'skipped')
+  AND r.due_at <= :now
+ORDER BY r.job_id, r.scheduled_for;
 
 -- name: execution_running_of_jobs
 -- Driven by the job ids (the unique index leads with job_id). The status test is written as
@@ -252,10 +257,12 @@ WHERE id = :id AND status = 'queued';
 
 -- name: executions_wake_waiting
 -- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
+-- "scheduled" as the complement of the other statuses: not to match runs_dispatch (as above).
 UPDATE runs AS r SET due_at = :now
 FROM jsonb_array_elements_text(CAST(:job_ids AS jsonb)) AS t(job_id)
 WHERE r.job_id = t.job_id
-  AND r.status = 'scheduled' AND r.reason LIKE 'waiting for %' AND r.due_at > :now;
+  AND r.status NOT IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
+  AND r.reason LIKE 'waiting for %' AND r.due_at > :now;
 
 -- name: execution_replace
 UPDATE runs
