@@ -5,7 +5,7 @@ process (or two tests) never share counts. Labels are bounded: task names, final
 templates and methods; never a job, execution or key id.
 
 Skipped fire times are counted by the process whose store call skipped them (the store reports
-them after each commit). Not counted yet: queue depth per priority. Scheduler and worker processes serve theirs on ``metrics_port``; ``onbeat up`` and
+them after each commit). Scheduler and worker processes serve theirs on ``metrics_port``; ``onbeat up`` and
 ``onbeat api`` with the API.
 """
 
@@ -94,6 +94,13 @@ class Metrics:
         self.loop_stalls = Counter(
             "onbeat_event_loop_stalls",
             "Times the event loop did not answer the watchdog in time.",
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "onbeat_queue_depth",
+            "Runs due and not yet started, by priority (the whole store: every scheduler reports "
+            "the same value, so aggregate with max).",
+            ["priority"],
             registry=r,
         )
         self.skipped = Counter(

@@ -16,6 +16,8 @@ because the node is busy.
   does not hold; shards just taken over get every queued run checked, page by page.
 - reconcile: every active cron job of the held shards must have its next run planned; any
   without one is repaired, logged and counted, whatever the cause; every ``reconcile_interval``.
+- measure: the queue depth by priority (runs due and not started) for ``/metrics``, every
+  ``sweep_interval``;
 - alerts: with a webhook configured, deliver the alert outbox (``onbeat.alerts``), every
   ``alert_interval``; safe for any number of schedulers at once.
 - maintain history: day partitions created ahead and history past the retention dropped
@@ -88,6 +90,8 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweep_cursor: SweepCursor | None = None
         """Where the periodic sweep goes on from (None: from the start)."""
+        self._backlog_priorities: set[int] = set()
+        """Priorities the queue-depth gauge has reported (so one that empties reads 0)."""
         self._taken_over: set[int] = set()
         """Shards taken over whose queued runs have not all been checked against the queue yet."""
         self.started = asyncio.Event()
@@ -236,6 +240,17 @@ class Scheduler:
         self.stats.reaped += total
         return total
 
+    async def measure_backlog(self) -> int:
+        """Set the queue-depth gauge (runs due and not started, by priority); returns the total.
+        A priority that had runs and has none now reads 0, not its last value."""
+        backlog = await asyncio.to_thread(self.store.execution_backlog)
+        for priority in self._backlog_priorities - backlog.keys():
+            self.metrics.queue_depth.labels(str(priority)).set(0)
+        for priority, runs in backlog.items():
+            self.metrics.queue_depth.labels(str(priority)).set(runs)
+        self._backlog_priorities |= backlog.keys()
+        return sum(backlog.values())
+
     async def reconcile(self) -> int:
         """Repair every active cron job of the held shards that has no planned next run, a page
         of jobs per store call; returns how many were repaired."""
@@ -281,6 +296,7 @@ class Scheduler:
             asyncio.create_task(self._every(s.reap_interval, self.reap, stop)),
             asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
             asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
+            asyncio.create_task(self._every(s.sweep_interval, self.measure_backlog, stop)),
             asyncio.create_task(
                 self._every(s.history_maintain_interval, self.maintain_history, stop)
             ),

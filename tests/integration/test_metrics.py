@@ -80,3 +80,19 @@ async def test_metrics__no_job_or_execution_id_reaches_a_label(node: Node) -> No
         assert job.id not in text
         for execution in node.app.list_executions(job.id):
             assert execution.id not in text
+
+
+async def test_metrics__queue_depth_by_priority_reads_zero_once_a_priority_empties(
+    node: Node,
+) -> None:
+    node.app.schedule("record", priority=3)
+    node.app.schedule("record", priority=3)
+    node.app.schedule("record", priority=7)
+    m = node.scheduler.metrics
+    assert await node.scheduler.measure_backlog() == 3
+    assert value(m, "onbeat_queue_depth", priority="3") == 2
+    assert value(m, "onbeat_queue_depth", priority="7") == 1
+    await node.step()  # all of them run
+    assert await node.scheduler.measure_backlog() == 0
+    assert value(m, "onbeat_queue_depth", priority="3") == 0
+    assert value(m, "onbeat_queue_depth", priority="7") == 0

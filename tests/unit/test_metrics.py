@@ -9,7 +9,7 @@ UNBOUNDED_LABELS = {"job_id", "execution_id", "id", "key", "key_id", "path", "te
 
 def test_every_metric__is_named_by_convention_with_base_units() -> None:
     families = list(Metrics().registry.collect())
-    assert len(families) == 18
+    assert len(families) == 19
     for family in families:
         assert family.name.startswith("onbeat_"), family.name
         assert family.documentation, family.name
@@ -33,4 +33,13 @@ def test_no_metric__has_a_label_that_can_carry_an_id() -> None:
     for metric in vars(metrics).values():
         labels = set(getattr(metric, "_labelnames", ()))
         assert not labels & UNBOUNDED_LABELS, metric
-        assert labels <= {"task", "status", "route", "method", "kind", "outcome", "cause"}, metric
+        assert labels <= {
+            "task",
+            "status",
+            "route",
+            "method",
+            "kind",
+            "outcome",
+            "cause",
+            "priority",
+        }, metric

@@ -515,6 +515,13 @@ class Store(Protocol):
         Concurrency: a read of committed state (see the module docstring)."""
         ...
 
+    def execution_backlog(self) -> dict[int, int]:
+        """Runs due now or earlier that have not started (scheduled or queued), by priority: the
+        queue depth operators watch. The whole store, whoever serves its shards.
+
+        Concurrency: a read of committed state (see the module docstring)."""
+        ...
+
     def scheduler_shards(self) -> list[SchedulerShards]:
         """Every registered scheduler with the shards it holds now, by owner name.
 

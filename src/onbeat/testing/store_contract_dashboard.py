@@ -21,6 +21,7 @@ from onbeat.testing.store_contract import (
     SCHEDULER,
     SHARD_COUNT,
     WORKER,
+    _at,
     _claim,
     _cron,
     _dispatch,
@@ -28,6 +29,7 @@ from onbeat.testing.store_contract import (
     _leases,
     _new,
     _ok,
+    _once,
     _only_run,
     _start,
 )
@@ -260,3 +262,16 @@ class DashboardReadsContract:
         assert store.secret_get_or_create("session", "first") == "first"
         assert store.secret_get_or_create("session", "second") == "first"
         assert store.secret_get_or_create("other", "third") == "third"
+
+    def test_execution_backlog__due_runs_not_started_by_priority(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        assert store.execution_backlog() == {}
+        for priority in (0, 0, 5):
+            store.job_create(_new(priority=priority))
+        store.job_create(_once(_at(clock, 60), priority=5))  # not due yet
+        started = _start(store, _new(priority=9))  # running: not in the queue any more
+        assert started.execution.status is ExecutionStatus.RUNNING
+        assert store.execution_backlog() == {0: 2, 5: 1}
+        clock.advance(61)
+        assert store.execution_backlog() == {0: 2, 5: 2}

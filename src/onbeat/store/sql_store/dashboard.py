@@ -132,6 +132,11 @@ class DashboardReads(SQLBase):
                 for r in c.execute(self._q["execution_running_by_owner"], args)
             ]
 
+    def execution_backlog(self) -> dict[int, int]:
+        with self._read() as c:
+            rows = c.execute(self._q["execution_backlog"], {"now": self._now_us()})
+            return {r["priority"]: r["runs"] for r in rows}
+
     def scheduler_shards(self) -> list[SchedulerShards]:
         with self._read() as c:
             return [

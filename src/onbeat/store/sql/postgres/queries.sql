@@ -482,6 +482,12 @@ WHERE e.status = 'running' AND (CAST(:tenant AS text) IS NULL OR j.tenant = :ten
 GROUP BY e.lease_owner
 ORDER BY e.lease_owner;
 
+-- name: execution_backlog
+-- The queue depth by priority: pending runs already due (a range of runs_dispatch per status).
+SELECT priority, count(*) AS runs FROM runs
+WHERE status IN ('scheduled', 'queued') AND due_at <= :now
+GROUP BY priority;
+
 -- name: scheduler_shards
 SELECT s.owner, s.last_seen,
        (SELECT count(*) FROM shard_leases l
