@@ -233,6 +233,10 @@ class Scheduler:
                 )
                 if execution.status is ExecutionStatus.FAILED:
                     self.metrics.dead_letters.inc()
+                    # Rare (a worker died on the last attempt): one read for the task label.
+                    job = await asyncio.to_thread(self.store.job_get, execution.job_id)
+                    task = job.task if job is not None else "unknown"
+                    self.metrics.executions.labels(task, ExecutionStatus.FAILED.value).inc()
             self.metrics.lease_expiries.inc(len(reaped))
             total += len(reaped)
             if len(reaped) < REAP_BATCH:

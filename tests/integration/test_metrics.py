@@ -96,3 +96,19 @@ async def test_metrics__queue_depth_by_priority_reads_zero_once_a_priority_empti
     assert await node.scheduler.measure_backlog() == 0
     assert value(m, "onbeat_queue_depth", priority="3") == 0
     assert value(m, "onbeat_queue_depth", priority="7") == 0
+
+
+async def test_metrics__a_run_reaped_on_its_last_attempt_counts_as_a_failed_execution(
+    node: Node,
+) -> None:
+    node.app.schedule("block", max_attempts=1)
+    await node.dispatch()
+    assert await node.worker.claim_once() == 1
+    await asyncio.wait_for(node.calls.started.wait(), 5)
+    node.clock.advance(node.app.settings.lease_ttl + 1)  # its worker is gone: no heartbeat
+    assert await node.scheduler.reap() == 1
+    m = node.scheduler.metrics
+    assert value(m, "onbeat_dead_letters_total") == 1
+    assert value(m, "onbeat_executions_total", task="block", status="failed") == 1
+    node.calls.release.set()
+    await node.worker.run_until_idle()
