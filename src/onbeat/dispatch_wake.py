@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from onbeat.clock import Clock
+from onbeat.scheduler import sleep_or_wake
 from onbeat.store.postgres import DISPATCH_CHANNEL_SQL
 
 __all__ = ["RETRY_CAP", "listen"]
@@ -65,7 +66,7 @@ async def listen(url: str, on_wake: Callable[[], None], clock: Clock, stop: asyn
                     log.warning("dispatch wake-ups: connection lost (%s); polling", _line(exc))
                 failing = True
                 on_wake()
-        await _sleep_or_stop(clock, pause, stop)
+        await sleep_or_wake(clock, pause, stop)
         pause = min(pause * 2, RETRY_CAP)
 
 
@@ -92,17 +93,6 @@ async def _relay(
     error = relaying.exception() if relaying.done() and not relaying.cancelled() else None
     if error is not None:
         raise error
-
-
-async def _sleep_or_stop(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait((sleeper, stopping), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
-        stopping.cancel()
-        await asyncio.gather(sleeper, stopping, return_exceptions=True)
 
 
 def _line(exc: BaseException) -> str:
