@@ -1,5 +1,5 @@
 """Real ``onbeat up`` processes on a temporary SQLite file, with the ledger app
-(``tests/e2e/ledger_app.py``): each run writes start and end lines to a file of its own, so lost
+(``tests/faults/ledger_app.py``): each run writes start and end lines to a file of its own, so lost
 and duplicate runs are counted independently of the store."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from tests.client.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-APP = "tests.e2e.ledger_app:app"
+APP = "tests.faults.ledger_app:app"
 
 StartNode = Callable[..., subprocess.Popen[bytes]]
 """``start(env, log, *args)``: starts ``onbeat up --app <ledger app> *args`` (with ``--port`` of a

@@ -5,7 +5,7 @@ supervisor would) and a fault of the queue: for Redis, the server killed and sta
 for the table queue, every fleet connection to PostgreSQL terminated (``pg_terminate_backend``).
 
 Then the cron jobs are cancelled, the fleet runs dry, and an independent oracle
-(``fleet_oracle``: whole seconds, not onbeat's cron engine) proves no planned run was lost: each
+(``tests.faults.oracle``: whole seconds, not onbeat's cron engine) proves no planned run was lost: each
 has a final record in the store and a start line in the ledger the task writes itself, and
 onbeat's own audit agrees. Duplicates, start delays and the time each fault took to recover
 from are printed and bounded.
@@ -35,7 +35,7 @@ from onbeat import App
 from onbeat.testing.postgres import TEST_SERVER, fresh_schema
 from tests.client.conftest import free_port
 from tests.e2e.conftest import read_ledger, wait_for_output, wait_until
-from tests.e2e.fleet_harness import (
+from tests.faults.fleet import (
     ApiCalls,
     Fleet,
     MakeBody,
@@ -50,7 +50,7 @@ from tests.e2e.fleet_harness import (
     shard_holders,
     terminate_backends,
 )
-from tests.e2e.fleet_oracle import (
+from tests.faults.oracle import (
     FaultWindow,
     JobKind,
     SubmittedJob,
@@ -74,7 +74,7 @@ TIMINGS = {
     "ONBEAT_POLL_INTERVAL": 0.2,
 }
 BACKOFF_MAX = 1.0
-"""The ledger app's ``work`` task retries after at most this (``tests/e2e/ledger_app.py``)."""
+"""The ledger app's ``work`` task retries after at most this (``tests/faults/ledger_app.py``)."""
 TOTAL_RUNS = 10_000
 CRON_JOBS = 100
 BATCH = 36

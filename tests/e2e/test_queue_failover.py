@@ -27,7 +27,7 @@ import pytest
 from onbeat.testing.postgres import fresh_schema
 from tests.client.conftest import free_port
 from tests.e2e.conftest import read_ledger, wait_for_output, wait_until
-from tests.e2e.fleet_harness import ApiCalls, Fleet, pending_count, private_redis
+from tests.faults.fleet import ApiCalls, Fleet, pending_count, private_redis
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -1,4 +1,4 @@
-"""Processes for ``test_fleet_faults``: the fleet (``onbeat api``, schedulers, workers), a private
+"""Processes for the fault suite and ``tests/e2e/test_fleet_faults``: the fleet (``onbeat api``, schedulers, workers), a private
 ``redis-server`` the test may kill, and the load submitted through the API.
 
 Every fleet connection to PostgreSQL carries an ``application_name`` of this test's own, so the
@@ -31,6 +31,8 @@ class Proc:
     role: str
     log: Path
     process: subprocess.Popen[bytes]
+    args: tuple[str, ...] = ()
+    """The role's arguments, so a supervisor can start it again alike."""
 
     @property
     def pid(self) -> int:
@@ -65,7 +67,7 @@ class Fleet:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        proc = Proc(role, log, process)
+        proc = Proc(role, log, process, args)
         self.procs.append(proc)
         return proc
 
@@ -262,10 +264,13 @@ class ApiCalls:
         pace: float = 0.0,
         idempotent: bool = True,
         key_prefix: str = "",
+        on_answer: Callable[[int, dict[str, Any]], None] | None = None,
     ) -> None:
         self.api_url, self.method, self.requests = api_url, method, requests
         self.ok, self.concurrency, self.pace = ok, concurrency, pace
         self.idempotent, self.key_prefix = idempotent, key_prefix
+        self.on_answer = on_answer
+        """Called with each request's index and 2xx answer as it arrives (an ack log)."""
         self.answers: list[dict[str, Any]] = [{} for _ in requests]
         self.done = 0
         """Requests answered, in order: ``answers[:done]`` are all filled in."""
@@ -307,6 +312,8 @@ class ApiCalls:
                     if self._abort.is_set():
                         return
                     self.answers[index] = await self._send(client, index, path, make_body())
+                    if self.on_answer is not None:
+                        self.on_answer(index, self.answers[index])
                     self._answered[index] = True
                     while self.done < len(self._answered) and self._answered[self.done]:
                         self.done += 1

@@ -1,4 +1,4 @@
-"""The app the crash tests run: its tasks write a start and an end line per run to a ledger file
+"""The app the crash and fault tests run: its tasks write a start and an end line per run to a ledger file
 (one ``write()`` each, O_APPEND), independent of the store, so lost and duplicate runs can be counted."""
 
 from __future__ import annotations
@@ -25,9 +25,16 @@ def _record(event: str, ctx: TaskContext) -> None:
             "scheduled_for": ctx.scheduled_for.isoformat(),
             "pid": os.getpid(),
             "wall": time.time(),
+            "wall_ns": time.time_ns(),
+            "mono_ns": time.monotonic_ns(),
         }
     )
-    fd = os.open(os.environ["ONBEAT_TEST_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # The fault suite gives each worker process a ledger file of its own; older tests share one.
+    directory = os.environ.get("ONBEAT_TEST_LEDGER_DIR")
+    path = (
+        f"{directory}/ledger-{os.getpid()}.jsonl" if directory else os.environ["ONBEAT_TEST_LEDGER"]
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
