@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +159,8 @@ def check(
     )[0][0]
 
     killed = {e.pid: e for e in timeline}
+    dead_by_policy = _dead_by_policy(database_url, killed.keys())
+    lost = [line for line in verdict.lost if not any(key in line for key in dead_by_policy)]
     duplicated = {eid: lines for eid, lines in starts.items() if len(lines) > 1}
     unexplained = [
         eid for eid, lines in duplicated.items() if any(e["pid"] not in killed for e in lines[:-1])
@@ -201,7 +203,8 @@ def check(
         "runs_expected": verdict.planned,
         "runs_ran": len(verdict.ran),
         "runs_per_s": len(verdict.ran) / seconds if seconds else 0.0,
-        "runs_lost": len(verdict.lost),
+        "runs_lost": len(lost),
+        "dead_by_policy": len(dead_by_policy),
         "unplanned": len(verdict.unplanned),
         "acked_creates": len(jobs),
         "acked_missing": acked_missing,
@@ -241,8 +244,28 @@ def check(
     if thresholds.t_detect is not None and timeline:
         checks["t_detect_p99"] = metrics["t_detect_p99"] <= thresholds.t_detect
     details = {
-        "lost": verdict.lost[:20],
+        "lost": lost[:20],
+        "dead_by_policy": sorted(dead_by_policy)[:20],
         "unplanned": verdict.unplanned[:20],
         "unexplained_dups": unexplained[:20],
     }
     return Report(scenario, seed, metrics, checks, {"details": details})
+
+
+def _dead_by_policy(database_url: str, killed_pids: Iterable[int]) -> set[str]:
+    """Runs that failed because every attempt's worker was ``kill -9``-ed by the nemesis: the
+    crash-attempt limit (``max_attempts``) ended them, a recorded terminal state
+    (RELIABILITY.md: "dead by poison policy"), not a silent loss. As ``"job <id> at <fire>"``,
+    the oracle's wording of a run."""
+    rows = query(
+        database_url,
+        "SELECT e.job_id, e.scheduled_for, a.worker, a.outcome FROM executions e"
+        " JOIN attempts a ON a.execution_id = e.id WHERE e.status = 'failed'",
+    )
+    killed = {str(pid) for pid in killed_pids}
+    explained: dict[str, bool] = {}
+    for job_id, fire, worker, outcome in rows:
+        key = f"job {job_id} at {_from_micros(fire)}"
+        by_kill = outcome == "lost" and worker.split("-")[-2] in killed
+        explained[key] = explained.get(key, True) and by_kill
+    return {key for key, ok in explained.items() if ok}
