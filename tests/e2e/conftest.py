@@ -4,41 +4,24 @@ and duplicate runs are counted independently of the store."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.client.conftest import free_port
-
-REPO = Path(__file__).resolve().parents[2]
-APP = "tests.faults.ledger_app:app"
+from tests.faults.process import APP as APP
+from tests.faults.process import REPO as REPO
+from tests.faults.process import read_ledger as read_ledger
+from tests.faults.process import wait_for_output as wait_for_output
+from tests.faults.process import wait_until as wait_until
 
 StartNode = Callable[..., subprocess.Popen[bytes]]
 """``start(env, log, *args)``: starts ``onbeat up --app <ledger app> *args`` (with ``--port`` of a
 free port unless ``--no-api`` is among ``args``), its output appended to ``log``."""
-
-
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """Complete lines only: a line being appended while we read has no newline yet."""
-    if not path.exists():
-        return []
-    *complete, _partial = path.read_text().split("\n")
-    return [json.loads(line) for line in complete if line.strip()]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -113,19 +96,3 @@ def start_onbeat() -> Iterator[StartOnbeat]:
         if process.poll() is None:
             process.kill()
         process.wait()
-
-
-def wait_for_output(
-    process: subprocess.Popen[bytes], log: Path, text: str, timeout: float = 60
-) -> None:
-    """Until ``log`` holds ``text``; fails at once, with the log, if ``process`` exits first."""
-
-    def printed() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"{process.args!r} exited ({process.returncode}) before printing {text!r}:\n"
-                + log.read_text()[-3000:]
-            )
-        return text in log.read_text()
-
-    wait_until(printed, timeout, f"{text!r} in {log.name}")

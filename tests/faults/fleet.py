@@ -23,7 +23,7 @@ import httpx
 import psycopg
 
 from tests.client.conftest import free_port
-from tests.e2e.conftest import APP, REPO, wait_for_output, wait_until
+from tests.faults.process import APP, REPO, wait_for_output, wait_until
 
 
 @dataclass

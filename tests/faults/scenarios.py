@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 
 from onbeat.testing.postgres import fresh_schema
-from tests.e2e.conftest import APP, REPO, wait_for_output, wait_until
 from tests.faults.checker import Report, Thresholds, check, query, read_ledgers
 from tests.faults.fleet import Fleet, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, Workload, read_acks
 from tests.faults.nemesis import Nemesis, PlannedFault, kill_plan
+from tests.faults.process import APP, REPO, wait_for_output, wait_until
 from tests.faults.supervisor import Supervisor
 
 FLEET_TIMINGS = {
