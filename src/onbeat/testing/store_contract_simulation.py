@@ -225,6 +225,22 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
                 assert after[eid].status is not ExecutionStatus.SCHEDULED, "a due run not queued"
         self._enqueue(items)
 
+    @rule(owner=st.sampled_from(_SCHEDULERS))
+    def scheduler_repair(self, owner: str) -> None:
+        """The reconciler with the leases it last had: every cron job always has its next run
+        planned, so it finds nothing to repair, and with stale leases it writes nothing."""
+        leases = self.leases[owner]
+        if leases is None:
+            return
+        _, lost = self._valid_shards(owner, leases)
+        before = self._all()
+        repaired, _ = self.store.job_repair_next_runs(leases, "", 100)
+        assert repaired == [], f"cron jobs without their next run planned: {repaired}"
+        after = self._all()
+        for eid, e in after.items():
+            if e.shard in lost:
+                assert before.get(eid) == e, "a fenced repair wrote"
+
     @rule(owner=st.sampled_from(_SCHEDULERS), overdue_by=st.sampled_from([None, 0.0, 5.0]))
     def scheduler_sweep(self, owner: str, overdue_by: float | None) -> None:
         leases = self.leases[owner]
