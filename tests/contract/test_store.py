@@ -34,6 +34,7 @@ from onbeat.testing.store_contract_schedules import (
     ScheduleChainContract,
     ScheduleHistoryContract,
 )
+from onbeat.testing.store_contract_simulation import ProtocolSimulationContract
 from onbeat.testing.store_contract_tasks import TaskCatalogContract
 
 
@@ -87,6 +88,7 @@ class TestStore(
     FinishContract,
     DeadLetterContract,
     FencingContract,
+    ProtocolSimulationContract,
     ConcurrencyContract,
     ScheduleChainContract,
     ScheduleHistoryContract,

@@ -9,6 +9,7 @@ parts share (fixtures' types, constants, helpers); the tests are mixin classes, 
 ``store_contract_finish``       ``FinishContract``: finish, reap, sweep, release
 ``store_contract_dead_letters`` ``DeadLetterContract``: list, replay, drop
 ``store_contract_fencing``      ``FencingContract``: fencing tokens as a state machine
+``store_contract_simulation``   ``ProtocolSimulationContract``: the run protocol with crashes
 ``store_contract_heartbeat``    ``HeartbeatContract``: lease renewal
 ``store_contract_recovery``     ``RecoveryContract``: reaping in every shard, sweep pages
 ``store_contract_schedules``    ``ScheduleChainContract``, ``ScheduleHistoryContract``
