@@ -123,13 +123,12 @@ class App:
         see ``onbeat.dispatch_wake``) when that is within the dispatch window."""
         for listener in self._submit_listeners:
             listener()
-        notify = getattr(self.store, "notify_dispatch", None)
-        if notify is None:
+        if not self.store.wakes_other_processes:
             return
         if due is not None and due > self.store.now() + timedelta(seconds=self.settings.window):
             return  # a scheduler's poll reaches it well before it is due
         try:
-            notify()
+            self.store.notify_dispatch()
         except OnbeatError as exc:  # the poll dispatches it all the same, a little later
             log.warning("could not wake the schedulers of other processes: %s", exc)
 

@@ -101,6 +101,17 @@ class Store(Protocol):
         clock, so two processes never disagree on whether a lease has expired."""
         ...
 
+    wakes_other_processes: bool
+    """Whether ``notify_dispatch`` reaches schedulers in other processes (PostgreSQL)."""
+
+    def notify_dispatch(self) -> None:
+        """Tell the schedulers of other processes that work is due within their window, right
+        after a submission committed (PostgreSQL: a NOTIFY they LISTEN for, see
+        ``onbeat.dispatch_wake``). Where no other process can listen (SQLite) it does nothing.
+
+        Concurrency: a signal, not a write; a lost one costs one poll interval."""
+        ...
+
     def write_refusal(self) -> str | None:
         """Why the store refuses writes, or None if it accepts them. Every method that writes
         raises StoreWriteRefusedError (nothing changed) when the database refuses the write

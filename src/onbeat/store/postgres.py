@@ -289,6 +289,8 @@ class PostgresStore(SQLStore):
         self._write_refused = None
         return None
 
+    wakes_other_processes = True
+
     def notify_dispatch(self) -> None:
         """Wake the schedulers of other processes on this database and schema (they LISTEN on
         ``dispatch_channel``; see ``onbeat.dispatch_wake``): work is due within their window.

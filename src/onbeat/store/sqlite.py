@@ -103,6 +103,12 @@ class SQLiteStore(SQLStore):
         with self._lock:
             yield self._conn
 
+    wakes_other_processes = False
+
+    def notify_dispatch(self) -> None:
+        """Nothing to do: schedulers sharing a SQLite file poll it (in one process, the App's
+        submit listeners wake the scheduler)."""
+
     def write_refusal(self) -> str | None:
         if self._write_refused is None:
             return None  # nothing was refused: no need to touch the disk

@@ -87,7 +87,7 @@ class ProtocolSimulationContract:
 
 _SCHEDULERS = (SCHEDULER, OTHER_SCHEDULER)
 _WORKERS = (WORKER, OTHER_WORKER)
-_EVERY_5S = "*/2 * * * * *"
+_EVERY_2S = "*/2 * * * * *"
 _JOBS = 2
 _RETRY = RetryPolicy(max_attempts=3, backoff_base=1.0, backoff_cap=1.0)
 _POP = 4
@@ -119,7 +119,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         self.job_ids = [
             self.store.job_create(
                 _cron(
-                    _EVERY_5S,
+                    _EVERY_2S,
                     retry=_RETRY,
                     overlap=OverlapPolicy.ALLOW,
                     misfire=MisfirePolicy.RUN_ALL,
