@@ -37,7 +37,7 @@ from onbeat.schedule import ScheduleKind
 from onbeat.settings import Settings
 from onbeat.store import Store, open_store
 from onbeat.store.base import CreatedJob, JobChanges, NewJob, PublishedTask
-from onbeat.task import Task, TaskFunction, TaskRegistry
+from onbeat.task import Pool, Task, TaskFunction, TaskRegistry
 
 F = TypeVar("F", bound=TaskFunction)
 log = logging.getLogger("onbeat.app")
@@ -141,9 +141,12 @@ class App:
         timeout: float | None = None,
         backoff: float = 1.0,
         backoff_max: float = 300.0,
+        pool: Pool | None = None,
     ) -> Callable[[F], F]:
         """Register ``fn(ctx, **params)`` (sync or async) as a task; jobs name it by ``name``
-        (default: the function's dotted path). ``backoff``/``backoff_max`` are seconds."""
+        (default: the function's dotted path). ``backoff``/``backoff_max`` are seconds.
+        ``pool`` runs a sync task in the worker's threads or child processes whatever the
+        worker's ``--pool`` (docs/executors.md)."""
 
         def register(f: F) -> F:
             self.registry.register(
@@ -153,6 +156,7 @@ class App:
                 timeout=timeout,
                 backoff=backoff,
                 backoff_max=backoff_max,
+                pool=pool,
             )
             return f
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from onbeat import validation
 from onbeat.errors import TaskNotFoundError, ValidationError
@@ -28,6 +28,8 @@ class TaskContext:
 
 
 TaskFunction = Callable[..., Any]
+Pool = Literal["threads", "processes"]
+"""Where a sync task runs: the worker's thread pool or its child processes (docs/executors.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,9 @@ class Task:
     fn: TaskFunction
     retry: RetryPolicy
     timeout: float | None
+    pool: Pool | None = None
+    """A sync task's executor; None: the worker's ``--pool``. A task that may hold the GIL in
+    one long C call, crash its process or balloon in memory says ``"processes"``."""
 
     @property
     def is_async(self) -> bool:
@@ -55,6 +60,7 @@ class TaskRegistry:
         timeout: float | None = None,
         backoff: float = 1.0,
         backoff_max: float = 300.0,
+        pool: Pool | None = None,
     ) -> Task:
         default_name = f"{fn.__module__}.{fn.__qualname__}"
         task_name = validation.text(
@@ -65,7 +71,11 @@ class TaskRegistry:
                 "name", f"a different task is already registered as {task_name!r}"
             )
         retry = validation.retry(max_attempts, backoff, backoff_max)
-        task = Task(task_name, fn, retry, validation.timeout(timeout))
+        if pool is not None and pool not in ("threads", "processes"):
+            raise ValidationError("pool", f"must be 'threads' or 'processes', not {pool!r}")
+        if pool is not None and inspect.iscoroutinefunction(fn):
+            raise ValidationError("pool", "an async def task runs on the event loop, not a pool")
+        task = Task(task_name, fn, retry, validation.timeout(timeout), pool)
         self._tasks[task_name] = task
         return task
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 
 from onbeat import AttemptOutcome, ExecutionStatus, TaskContext
+from onbeat.errors import ValidationError
 from onbeat.worker.results import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
 from tests.integration.conftest import Node
+from tests.unit import pool_tasks
 
 ABORTS: list[Callable[[], BaseException]] = [
     lambda: SystemExit(3),
@@ -192,3 +195,34 @@ async def test_worker__watchdog_names_the_run_that_blocks_the_event_loop(
     assert f"event loop blocked for over 0.2s by run {execution.id} (task hog)" in caplog.text
     assert f"blocked by run {execution.id} (task hog)" in caplog.text
     assert worker.stats.loop_stalls == 1
+
+
+async def test_worker__task_pool_processes_runs_in_a_child_whatever_the_worker_pool(
+    node: Node,
+) -> None:
+    """A task that may hold the GIL, crash or balloon asks for a child process by itself; the
+    worker's other sync tasks stay in its threads."""
+    node.app.task(name="in_child", pool="processes")(pool_tasks.pid)
+    node.app.task(name="in_thread")(pool_tasks.pid)
+    in_child = node.app.schedule("in_child")
+    in_thread = node.app.schedule("in_thread")
+    await node.step()
+    assert node.execution(in_thread.id).result == os.getpid()
+    child = node.execution(in_child.id)
+    assert child.status is ExecutionStatus.SUCCEEDED
+    assert isinstance(child.result, int) and child.result != os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("pool", "fn", "error"),
+    [
+        ("processes", pool_tasks.async_double, "an async def task runs on the event loop"),
+        ("greenlets", pool_tasks.pid, "must be 'threads' or 'processes'"),
+    ],
+)
+def test_task_pool__refused_where_it_cannot_hold(
+    node: Node, pool: Any, fn: Callable[..., Any], error: str
+) -> None:
+    with pytest.raises(ValidationError, match=error):
+        node.app.task(name="bad_pool", pool=pool)(fn)
+    assert "bad_pool" not in node.app.registry

@@ -33,7 +33,7 @@ from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
 from onbeat.settings import Settings
 from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
-from onbeat.task import TaskContext, TaskRegistry
+from onbeat.task import Pool, Task, TaskContext, TaskRegistry
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
 from onbeat.worker.outage import FailureStreak
@@ -122,7 +122,12 @@ class Worker:
         self._claims = FailureStreak("claiming", log)
         self._flushes = FailureStreak("recording outcomes", log)
         self._async_executor = AsyncExecutor(clock)
-        self._sync_executor = self._pool(settings, clock)
+        self._default_pool: Pool = settings.pool
+        self._pools: dict[Pool, Executor] = {
+            "threads": ThreadExecutor(clock, on_abandon=self._count_abandoned),
+            # its children start on first use: a worker whose tasks never ask costs nothing
+            "processes": ProcessExecutor(settings.concurrency, clock),
+        }
         self._heartbeat = Heartbeat(
             store,
             self.owner,
@@ -136,11 +141,11 @@ class Worker:
             settings.loop_stall_warning, self._describe_run, self._count_stall
         )
 
-    def _pool(self, settings: Settings, clock: Clock) -> Executor:
-        """The executor of sync tasks: ``settings.pool``."""
-        if settings.pool == "processes":
-            return ProcessExecutor(settings.concurrency, clock)  # children start on first use
-        return ThreadExecutor(clock, on_abandon=self._count_abandoned)
+    def _executor(self, task: Task) -> Executor:
+        """Async tasks run on the loop; sync ones in the task's pool, else ``settings.pool``."""
+        if task.is_async:
+            return self._async_executor
+        return self._pools[task.pool or self._default_pool]
 
     def _count_abandoned(self) -> None:
         self.stats.threads_abandoned += 1
@@ -312,7 +317,7 @@ class Worker:
         started = self.clock.monotonic()
         try:
             task = self.registry.get(run.task)
-            executor = self._async_executor if task.is_async else self._sync_executor
+            executor = self._executor(task)
             try:
                 result = await executor.run(task, ctx, run.params, run.timeout)
             finally:
@@ -522,7 +527,8 @@ class Worker:
         await asyncio.to_thread(self._heartbeat.stop)
         self._watchdog.stop()
         await self._async_executor.close()
-        await self._sync_executor.close()
+        for pool in self._pools.values():
+            await pool.close()
 
 
 def run_fields(execution: Execution, **more: Any) -> dict[str, Any]:
