@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from tests.faults.scenarios import SCENARIOS, run
+from tests.faults.runner import run
+from tests.faults.scenarios import SCENARIOS
 
 
 def main() -> int:

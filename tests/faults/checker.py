@@ -4,6 +4,7 @@ under the artifacts directory."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from collections import Counter, defaultdict
@@ -57,7 +58,10 @@ class Thresholds:
     t_detect: float | None
     """Bound on the p99 of fault -> first re-claim of an orphaned run (None: reported only)."""
     fault_window: float
-    """A run due within this long after a fault counts in the fault window."""
+    """A run due within this long after a fault (or after it ended) counts in the fault window."""
+    heartbeat_interval: float = 1.0
+    t_release: float | None = None
+    """Bound on ``kill -TERM`` -> a run the victim held started elsewhere (None: reported only)."""
 
 
 @dataclass
@@ -119,33 +123,48 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What the checker reads besides the store: acknowledged creates, ledger lines, the
+    nemesis's timeline, deaths the nemesis did not cause (a poison task taking its worker down,
+    restarted by the supervisor), and the product's logs."""
+
+    jobs: list[SubmittedJob]
+    entries: list[dict[str, Any]]
+    timeline: list[FaultEvent]
+    deaths: list[FaultEvent] = field(default_factory=list)
+    logs: Path | None = None
+
+
+FENCED_LOG_LINES = ("discarded, the lease was lost", "stopping local run, its lease was taken away")
+"""What a worker logs when fencing refuses its outcome or its heartbeat finds the lease gone."""
+
+
 def check(
     scenario: str,
     seed: int,
     database_url: str,
-    jobs: list[SubmittedJob],
-    entries: list[dict[str, Any]],
-    timeline: list[FaultEvent],
+    seen: Observed,
     thresholds: Thresholds,
     cancel_boundary: float,
     seconds: float,
 ) -> Report:
-    """Every metric of RELIABILITY.md this slice measures, and the pass lines."""
+    """Every metric of RELIABILITY.md the scenario measures, and the pass lines."""
     runs = read_runs(database_url)
     starts: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    ends: Counter[str] = Counter()
-    for entry in entries:
+    ends: dict[tuple[str, int], float] = {}
+    for entry in seen.entries:
         if entry["event"] == "start":
             starts[entry["execution_id"]].append(entry)
         else:
-            ends[entry["execution_id"]] += 1
+            ends[entry["execution_id"], entry["fencing_token"]] = entry["wall"]
     for lines in starts.values():
         lines.sort(key=lambda e: e["wall_ns"])
     start_walls = {eid: [e["wall"] for e in lines] for eid, lines in starts.items()}
-    verdict = judge(jobs, runs, start_walls, boundary=cancel_boundary)
+    verdict = judge(seen.jobs, runs, start_walls, boundary=cancel_boundary)
 
     stored_jobs = {row[0] for row in query(database_url, "SELECT id FROM jobs")}
-    acked_missing = sum(job.id not in stored_jobs for job in jobs)
+    acked_missing = sum(job.id not in stored_jobs for job in seen.jobs)
     dup_materialized = query(
         database_url,
         "SELECT count(*) FROM (SELECT 1 FROM executions"
@@ -158,38 +177,64 @@ def check(
         " (SELECT max(a.fencing_token) FROM attempts a WHERE a.execution_id = e.id)",
     )[0][0]
 
-    killed = {e.pid: e for e in timeline}
-    dead_by_policy = _dead_by_policy(database_url, killed.keys())
+    events = seen.timeline + seen.deaths
+    by_pid: dict[int, list[FaultEvent]] = defaultdict(list)
+    for event in events:
+        by_pid[event.pid].append(event)
+    poison_jobs = {job.id for job in seen.jobs if job.policy == "poison"}
+    poison_runs = {run.id for run in runs if run.job_id in poison_jobs}
+    dead_by_policy = _dead_by_policy(database_url, {e.pid for e in events if e.kills}, poison_jobs)
     lost = [line for line in verdict.lost if not any(key in line for key in dead_by_policy)]
-    duplicated = {eid: lines for eid, lines in starts.items() if len(lines) > 1}
+    # A poison run starts once per attempt by design; every other second start is a duplicate.
+    duplicated = {
+        eid: lines for eid, lines in starts.items() if len(lines) > 1 and eid not in poison_runs
+    }
     unexplained = [
-        eid for eid, lines in duplicated.items() if any(e["pid"] not in killed for e in lines[:-1])
+        eid for eid, lines in duplicated.items() if any(e["pid"] not in by_pid for e in lines[:-1])
     ]
-    extra_by_fault: Counter[int] = Counter()
+    false_rescues = [
+        eid
+        for eid, lines in duplicated.items()
+        if any(
+            not _justifies(by_pid[first["pid"]], then["wall"], thresholds)
+            for first, then in itertools.pairwise(lines)
+        )
+    ]
+    overlapping = sum(
+        1
+        for eid, lines in duplicated.items()
+        for first, then in itertools.pairwise(lines)
+        if then["wall"] < ends.get((eid, first["fencing_token"]), then["wall"])
+    )
+    extra_by_pid: Counter[int] = Counter()
     for lines in duplicated.values():
         for entry in lines[:-1]:
-            extra_by_fault[entry["pid"]] += 1
-    dup_bound_ok = all(extra_by_fault[e.pid] <= len(e.held) for e in timeline)
+            extra_by_pid[entry["pid"]] += 1
+    held_by_pid: Counter[int] = Counter()
+    for event in events:
+        held_by_pid[event.pid] += len(event.held)
+    dup_bound_ok = all(extra_by_pid[pid] <= held_by_pid[pid] for pid in by_pid)
 
     by_id = {run.id: run for run in runs}
     early = 0
     baseline: list[float] = []
     faulted: list[float] = []
-    held = {eid for e in timeline for eid in e.held}
+    held = {eid for e in events for eid in e.held}
     for eid, lines in starts.items():
         run = by_id.get(eid)
-        if run is None:
+        if run is None or eid in poison_runs:
             continue
         due = run.scheduled_for.timestamp()
         delay = lines[0]["wall_ns"] / 1e9 - due
         early += delay < -EARLY
         in_fault = eid in held or any(
-            e.wall - LEAD <= due <= e.wall + thresholds.fault_window for e in timeline
+            e.wall - LEAD <= due <= (e.ended or e.wall) + thresholds.fault_window for e in events
         )
         (faulted if in_fault else baseline).append(delay)
 
     detect: list[float] = []
-    for event in timeline:
+    release: list[float] = []
+    for event in seen.timeline:
         again = [
             entry["wall"] - event.wall
             for eid in event.held
@@ -197,8 +242,9 @@ def check(
             if entry["pid"] != event.pid and entry["wall"] > event.wall
         ]
         if again:
-            detect.append(min(again))
+            (release if event.fault == "kill -TERM" else detect).append(min(again))
 
+    fenced = _count_log_lines(seen.logs, FENCED_LOG_LINES)
     metrics: dict[str, Any] = {
         "runs_expected": verdict.planned,
         "runs_ran": len(verdict.ran),
@@ -206,18 +252,25 @@ def check(
         "runs_lost": len(lost),
         "dead_by_policy": len(dead_by_policy),
         "unplanned": len(verdict.unplanned),
-        "acked_creates": len(jobs),
+        "acked_creates": len(seen.jobs),
         "acked_missing": acked_missing,
         "dup_materialized": int(dup_materialized),
         "dup_starts": len(duplicated),
-        "dup_executions": sum(n >= 2 for n in ends.values()),
+        "dup_executions": sum(
+            sum((eid, e["fencing_token"]) in ends for e in lines) >= 2
+            for eid, lines in duplicated.items()
+        ),
         "dup_per_10k": 1e4 * len(duplicated) / max(1, len(verdict.ran)),
         "unexplained_dups": len(unexplained),
+        "false_rescues": len(false_rescues),
         "dup_bound_ok": dup_bound_ok,
+        "overlapping_execs": overlapping,
+        "fenced_writes": fenced,
         "stale_writes_accepted": int(stale),
         "early_starts": early,
-        "faults": len(timeline),
-        "held_at_faults": sum(len(e.held) for e in timeline),
+        "faults": len(seen.timeline),
+        "deaths_not_by_nemesis": len(seen.deaths),
+        "held_at_faults": sum(len(e.held) for e in events),
         "baseline_runs": len(baseline),
         "start_delay_p50": percentile(baseline, 0.5),
         "start_delay_p99": percentile(baseline, 0.99),
@@ -230,33 +283,96 @@ def check(
         "t_detect_p99": percentile(detect, 0.99),
         "t_detect_max": max(detect, default=0.0),
     }
+    if release:
+        metrics |= {"t_release_p99": percentile(release, 0.99), "t_release_max": max(release)}
+    if poison_jobs:
+        metrics |= _poison_metrics(database_url, poison_jobs, len(seen.deaths))
     checks = {
         "runs_lost": metrics["runs_lost"] == 0,
         "unplanned": metrics["unplanned"] == 0,
         "acked_missing": acked_missing == 0,
         "dup_materialized": metrics["dup_materialized"] == 0,
         "unexplained_dups": not unexplained,
+        "false_rescues": not false_rescues,
         "dup_bound_ok": dup_bound_ok,
         "stale_writes_accepted": metrics["stale_writes_accepted"] == 0,
         "early_starts": early == 0,
         "start_delay_p99": metrics["start_delay_p99"] <= thresholds.start_delay_p99,
     }
-    if thresholds.t_detect is not None and timeline:
+    if thresholds.t_detect is not None and detect:
         checks["t_detect_p99"] = metrics["t_detect_p99"] <= thresholds.t_detect
+    if thresholds.t_release is not None and release:
+        checks["t_release_max"] = metrics["t_release_max"] <= thresholds.t_release
+    if poison_jobs:
+        checks["poison_dead"] = metrics["poison_dead"] == len(poison_jobs)
+        checks["poison_attempts_max"] = metrics["poison_attempts_max"] <= metrics["max_attempts"]
+        checks["deaths_not_by_nemesis"] = (
+            metrics["deaths_not_by_nemesis"] <= metrics["poison_crash_bound"]
+        )
     details = {
         "lost": lost[:20],
         "dead_by_policy": sorted(dead_by_policy)[:20],
         "unplanned": verdict.unplanned[:20],
         "unexplained_dups": unexplained[:20],
+        "false_rescues": false_rescues[:20],
     }
     return Report(scenario, seed, metrics, checks, {"details": details})
 
 
-def _dead_by_policy(database_url: str, killed_pids: Iterable[int]) -> set[str]:
-    """Runs that failed because every attempt's worker was ``kill -9``-ed by the nemesis: the
-    crash-attempt limit (``max_attempts``) ended them, a recorded terminal state
-    (RELIABILITY.md: "dead by poison policy"), not a silent loss. As ``"job <id> at <fire>"``,
-    the oracle's wording of a run."""
+def _justifies(events: list[FaultEvent], restarted: float, thresholds: Thresholds) -> bool:
+    """Whether a fault on the process that first started a run explains its start again at
+    ``restarted``: the process was gone by then, or frozen long enough for its lease to run out
+    (its last heartbeat may be one interval before the freeze)."""
+    for event in events:
+        if event.fault == "kill -STOP":
+            expired_at = event.wall - thresholds.heartbeat_interval + thresholds.lease_ttl
+            if restarted >= expired_at - LEASE_SLACK:
+                return True
+        elif event.wall <= restarted:
+            return True
+    return False
+
+
+LEASE_SLACK = 0.5
+"""Clock and poll slack when judging whether a frozen worker's lease had run out."""
+
+
+def _count_log_lines(logs: Path | None, needles: Sequence[str]) -> int:
+    if logs is None:
+        return 0
+    return sum(
+        any(needle in line for needle in needles)
+        for path in logs.glob("worker-*.log")
+        for line in path.read_text(errors="replace").splitlines()
+    )
+
+
+def _poison_metrics(database_url: str, poison_jobs: set[str], deaths: int) -> dict[str, Any]:
+    """How the poison runs ended: each must be dead-lettered (``failed``) after at most its
+    task's ``max_attempts`` attempts, and the worker deaths they caused bounded by that."""
+    rows = query(
+        database_url,
+        "SELECT e.job_id, e.status, e.attempt, j.max_attempts FROM executions e"
+        " JOIN jobs j ON j.id = e.job_id",
+    )
+    mine = [r for r in rows if r[0] in poison_jobs]
+    max_attempts = max((r[3] for r in mine), default=0)
+    return {
+        "poison_runs": len(mine),
+        "poison_dead": sum(r[1] == "failed" for r in mine),
+        "poison_attempts_max": max((r[2] for r in mine), default=0),
+        "max_attempts": max_attempts,
+        "poison_crash_bound": len(mine) * max_attempts,
+    }
+
+
+def _dead_by_policy(
+    database_url: str, killed_pids: Iterable[int], poison_jobs: set[str]
+) -> set[str]:
+    """Runs failed by policy: a poison job's, or one whose every attempt's worker was killed
+    (``kill -9``, ``kill -TERM`` past the grace, a poison task's crash): the crash-attempt limit
+    (``max_attempts``) ended them, a recorded terminal state (RELIABILITY.md: "dead by poison
+    policy"), not a silent loss. As ``"job <id> at <fire>"``, the oracle's wording of a run."""
     rows = query(
         database_url,
         "SELECT e.job_id, e.scheduled_for, a.worker, a.outcome FROM executions e"
@@ -267,5 +383,5 @@ def _dead_by_policy(database_url: str, killed_pids: Iterable[int]) -> set[str]:
     for job_id, fire, worker, outcome in rows:
         key = f"job {job_id} at {_from_micros(fire)}"
         by_kill = outcome == "lost" and worker.split("-")[-2] in killed
-        explained[key] = explained.get(key, True) and by_kill
+        explained[key] = explained.get(key, True) and (by_kill or job_id in poison_jobs)
     return {key for key, ok in explained.items() if ok}

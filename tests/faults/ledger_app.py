@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import json
 import os
+import resource
 import signal
 import time
 
@@ -74,8 +77,47 @@ def hang(ctx: TaskContext) -> None:
 def crash(ctx: TaskContext, how: str) -> None:
     """Task code that kills the process running it."""
     _record("start", ctx)
+    _die(how)
+
+
+def _die(how: str) -> None:
     if how == "segfault":
         os.kill(os.getpid(), signal.SIGSEGV)
     elif how == "exit":
         os._exit(137)
     raise SystemExit(3)
+
+
+def hold_the_gil(seconds: float) -> None:
+    """One C call that never lets the GIL go (no bytecode runs inside it), about ``seconds``
+    long: what a heavy native extension call does to every other thread of its process."""
+    calibration = 10**7
+    began = time.perf_counter()
+    collections.deque(itertools.repeat(None, calibration), maxlen=0)
+    per_item = (time.perf_counter() - began) / calibration
+    collections.deque(itertools.repeat(None, int(seconds / per_item)), maxlen=0)
+
+
+@app.task(name="gil_hog", max_attempts=3, backoff=0.2, backoff_max=1.0, pool="processes")
+def gil_hog(ctx: TaskContext, seconds: float) -> None:
+    """Holds the GIL for ``seconds``; marked ``pool="processes"`` as docs/executors.md says such
+    a task must be, so the worker's heartbeat thread never waits for it."""
+    _record("start", ctx)
+    hold_the_gil(seconds)
+    _record("end", ctx)
+
+
+@app.task(name="crash_isolated", max_attempts=2, backoff=0.1, backoff_max=0.2, pool="processes")
+def crash_isolated(ctx: TaskContext, how: str) -> None:
+    """Poison in a child process: it dies (``exit``, ``segfault``) or balloons past an address
+    space limit (``balloon``, ``MemoryError``); the worker must only lose that attempt."""
+    _record("start", ctx)
+    if how == "balloon":
+        limit = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, limit[1]))
+        try:
+            hoard = [bytearray(64 * 1024**2) for _ in range(64)]
+            del hoard
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, limit)
+    _die(how)

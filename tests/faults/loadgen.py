@@ -22,6 +22,19 @@ from tests.faults.oracle import JobKind, SubmittedJob
 
 
 @dataclass(frozen=True, slots=True)
+class Special:
+    """``count`` once jobs of a task of the ledger app's other than ``work``, submitted with the
+    first batch, each due U(``due_within``) seconds later."""
+
+    task: str
+    params: dict[str, Any]
+    count: int
+    due_within: tuple[float, float]
+    policy: str | None = None
+    """See ``SubmittedJob.policy``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     batches: int
     """``POST /jobs/batch`` requests of one-shot jobs, ``pace`` seconds apart."""
@@ -34,6 +47,7 @@ class Workload:
     short_task: tuple[float, float] = (0.001, 0.2)
     long_task: tuple[float, float] = (2.0, 5.0)
     long_share: float = 0.02
+    specials: tuple[Special, ...] = ()
 
 
 class AckLog:
@@ -66,6 +80,7 @@ def read_acks(path: Path) -> list[SubmittedJob]:
             datetime.fromisoformat(line["created_at"]),
             datetime.fromisoformat(at) if at else None,
             datetime.fromisoformat(cancelled) if cancelled else None,
+            line.get("policy"),
         )
     return list(jobs.values())
 
@@ -109,7 +124,31 @@ class LoadGenerator:
             self.cron_answers = answer.answers[0]["items"]
             for job in self.cron_answers:
                 self.acks.record(job, "cron")
+        self._submit_specials()
         self._thread.start()
+
+    def _submit_specials(self) -> None:
+        rng = random.Random(len(self.workload.specials))
+        for special in self.workload.specials:
+            now = datetime.now(UTC)
+            body = {
+                "jobs": [
+                    {
+                        "task": special.task,
+                        "params": special.params,
+                        "schedule": {
+                            "type": "once",
+                            "at": _at(now, rng.uniform(*special.due_within)),
+                        },
+                    }
+                    for _ in range(special.count)
+                ]
+            }
+            answer = ApiCalls(
+                self.api_url, "POST", [("/jobs/batch", functools.partial(dict, body))]
+            ).run()
+            for job in answer.answers[0]["items"]:
+                self.acks.record(job, "once", at=job["schedule"]["at"], policy=special.policy)
 
     def _submit(self) -> None:
         with contextlib.suppress(BaseException):
@@ -139,8 +178,12 @@ def _once_batch(jobs: list[tuple[float, float]]) -> dict[str, Any]:
             {
                 "task": "work",
                 "params": {"duration": duration},
-                "schedule": {"type": "once", "at": (now + timedelta(seconds=delay)).isoformat()},
+                "schedule": {"type": "once", "at": _at(now, delay)},
             }
             for delay, duration in jobs
         ]
     }
+
+
+def _at(now: datetime, delay: float) -> str:
+    return (now + timedelta(seconds=delay)).isoformat()

@@ -1,6 +1,11 @@
 """The seeded nemesis: injects faults on a timeline drawn from the seed up front, and writes down
 what it did (``timeline.json``), including the runs the victim held when it was hit, which is what
-the checker bounds duplicates by."""
+the checker bounds duplicates by.
+
+Process faults hit a supervised process by slot: ``kill -9``, ``kill -STOP`` (``kill -CONT``
+``lasts`` seconds later) and ``kill -TERM`` (a graceful stop; the supervisor restarts it).
+Service faults (Redis, PostgreSQL) are named actions the scenario hands in: each does its fault,
+waits ``lasts`` if it has a duration, undoes it, and returns when it is over."""
 
 from __future__ import annotations
 
@@ -9,18 +14,29 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.faults.supervisor import Supervisor
+
+PROCESS_FAULTS = {
+    "kill -9": signal.SIGKILL,
+    "kill -STOP": signal.SIGSTOP,
+    "kill -TERM": signal.SIGTERM,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedFault:
     offset: float
     """Seconds after the nemesis starts."""
-    slot: int
+    kind: str
+    """A key of ``PROCESS_FAULTS``, or the name of one of the scenario's service faults."""
+    slot: int = -1
+    """The supervised victim of a process fault."""
+    lasts: float = 0.0
+    """How long a pause, lock or outage lasts."""
 
 
 @dataclass(slots=True)
@@ -33,31 +49,53 @@ class FaultEvent:
     mono_ns: int
     held: list[str] = field(default_factory=list)
     """Runs the victim held when it was hit (store's ``running`` rows and the ledger's starts without an end)."""
+    ended: float | None = None
+    """Wall time the fault was undone (``kill -CONT``, lock released, server back); None: at once."""
+
+    @property
+    def kills(self) -> bool:
+        """The victim process is gone: what it held can only be finished by another."""
+        return self.fault in ("kill -9", "kill -TERM")
 
 
-def kill_plan(
-    seed: int, slots: list[int], interval: tuple[float, float], duration: float, limit: int = 1000
+def random_plan(
+    seed: int,
+    kind: str,
+    slots: Sequence[int],
+    interval: tuple[float, float],
+    duration: float,
+    limit: int = 1000,
+    lasts: float = 0.0,
 ) -> list[PlannedFault]:
-    """``kill -9`` a random one of ``slots`` every U(``interval``) seconds within ``duration``."""
+    """``kind`` to a random one of ``slots`` every U(``interval``) seconds within ``duration``."""
     rng = random.Random(seed)
     plan: list[PlannedFault] = []
     at = rng.uniform(*interval)
     while at < duration and len(plan) < limit:
-        plan.append(PlannedFault(at, rng.choice(slots)))
+        plan.append(PlannedFault(at, kind, rng.choice(slots), lasts))
         at += rng.uniform(*interval)
     return plan
 
 
+ServiceFault = Callable[[PlannedFault], FaultEvent]
+"""Does a service fault (and undoes it, after ``lasts``), returning what it did."""
+
+
 class Nemesis:
-    """Carries out a plan of ``kill -9`` in a thread; ``held(pid)`` says what the victim held."""
+    """Carries out a plan in a thread, one fault after the other; ``held(pid)`` says what a
+    victim process held; ``services`` are the scenario's service faults by name."""
 
     def __init__(
         self,
         supervisor: Supervisor,
         plan: list[PlannedFault],
         held: Callable[[int], set[str]],
+        services: dict[str, ServiceFault] | None = None,
     ) -> None:
         self.supervisor, self.plan, self.held = supervisor, plan, held
+        self.services = services or {}
+        unknown = {f.kind for f in plan} - PROCESS_FAULTS.keys() - self.services.keys()
+        assert not unknown, f"no way to inject {unknown}"
         self.timeline: list[FaultEvent] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
@@ -67,6 +105,7 @@ class Nemesis:
         self._thread.start()
 
     def stop(self) -> None:
+        """Inject nothing more; a fault under way is finished (a paused process continued)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -78,13 +117,26 @@ class Nemesis:
         for fault in self.plan:
             if self._stop.wait(max(0.0, self._began + fault.offset - time.monotonic())):
                 return
-            proc = self.supervisor.proc(fault.slot)
-            if proc.process.poll() is not None:
-                continue  # still down from the previous kill: nothing to hit
-            event = FaultEvent(
-                "kill -9", proc.role, fault.slot, proc.pid, time.time(), time.monotonic_ns()
-            )
-            proc.process.send_signal(signal.SIGKILL)
+            if fault.kind in self.services:
+                self.timeline.append(self.services[fault.kind](fault))
+                continue
+            event = self._hit_process(fault)
+            if event is not None:
+                self.timeline.append(event)
+
+    def _hit_process(self, fault: PlannedFault) -> FaultEvent | None:
+        proc = self.supervisor.proc(fault.slot)
+        if proc.process.poll() is not None:
+            return None  # still down from an earlier fault: nothing to hit
+        event = FaultEvent(
+            fault.kind, proc.role, fault.slot, proc.pid, time.time(), time.monotonic_ns()
+        )
+        proc.process.send_signal(PROCESS_FAULTS[fault.kind])
+        if fault.kind == "kill -9":
             proc.process.wait()
-            event.held = sorted(self.held(proc.pid))
-            self.timeline.append(event)
+        event.held = sorted(self.held(proc.pid))
+        if fault.kind == "kill -STOP":
+            self._stop.wait(fault.lasts)  # a stop() cuts the pause short: never leave it frozen
+            proc.process.send_signal(signal.SIGCONT)
+            event.ended = time.time()
+        return event

@@ -33,6 +33,9 @@ class SubmittedJob:
     """A once job's fire time, as submitted."""
     cancelled_at: datetime | None = None
     """A cron job's cancel instant, as the API answered the DELETE."""
+    policy: str | None = None
+    """``"poison"``: a job whose task always fails; its run ends ``failed`` (dead-lettered) by
+    the attempts policy, a recorded final state, not a loss."""
 
     def planned_fires(self) -> list[datetime] | None:
         """The fire times this job must have run at; None for a now job (one run, whenever the

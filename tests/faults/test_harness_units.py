@@ -4,10 +4,16 @@ percentile is the one its table claims."""
 from __future__ import annotations
 
 from tests.faults.checker import percentile
-from tests.faults.nemesis import kill_plan
+from tests.faults.nemesis import PlannedFault, random_plan
 
 
-def test_kill_plan__same_seed_same_plan_within_bounds() -> None:
+def kill_plan(
+    seed: int, slots: list[int], interval: tuple[float, float], duration: float, limit: int = 1000
+) -> list[PlannedFault]:
+    return random_plan(seed, "kill -9", slots, interval, duration, limit)
+
+
+def test_random_plan__same_seed_same_plan_within_bounds() -> None:
     plan = kill_plan(7, [3, 4, 5, 6], (3.0, 7.0), 60.0)
     assert plan == kill_plan(7, [3, 4, 5, 6], (3.0, 7.0), 60.0)
     assert plan != kill_plan(8, [3, 4, 5, 6], (3.0, 7.0), 60.0)
