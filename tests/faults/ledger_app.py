@@ -27,6 +27,7 @@ def _record(event: str, ctx: TaskContext) -> None:
             "fencing_token": ctx.fencing_token,
             "scheduled_for": ctx.scheduled_for.isoformat(),
             "pid": os.getpid(),
+            "ppid": os.getppid(),  # the worker, for a run in one of its pool's child processes
             "wall": time.time(),
             "wall_ns": time.time_ns(),
             "mono_ns": time.monotonic_ns(),

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -226,3 +227,39 @@ def test_task_pool__refused_where_it_cannot_hold(
     with pytest.raises(ValidationError, match=error):
         node.app.task(name="bad_pool", pool=pool)(fn)
     assert "bad_pool" not in node.app.registry
+
+
+async def test_worker__runs_claimed_while_a_task_blocks_the_loop_keep_their_leases(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that commits while a task blocks the event loop (``time.sleep`` in an ``async
+    def``): the heartbeat renews the new leases before the loop can start the runs, so they are
+    not reaped and run twice elsewhere. (The fault suite's S2 found them expiring.)"""
+    node.app.task(name="noop")(lambda ctx: None)
+    job = node.app.schedule("noop")
+    await node.dispatch()
+    claim_began, committed = threading.Event(), threading.Event()
+    real_claim = node.app.store.execution_claim
+
+    def claim(*args: Any, **kwargs: Any) -> Any:
+        claim_began.set()
+        result = real_claim(*args, **kwargs)
+        committed.set()
+        return result
+
+    monkeypatch.setattr(node.app.store, "execution_claim", claim)
+    claiming = asyncio.create_task(node.worker.claim_once())
+    assert await asyncio.to_thread(claim_began.wait, 5)
+    assert committed.wait(5)  # from here on the loop is blocked, as by a task's time.sleep
+    [execution] = node.app.list_executions(job.id)
+    deadline = time.monotonic() + 5
+    while execution.id not in node.worker._held_leases() and time.monotonic() < deadline:
+        time.sleep(0.001)  # noqa: ASYNC251  (the loop stays blocked on purpose)
+    node.clock.advance(8)  # lease_ttl is 10 s
+    assert node.worker._heartbeat.beat() == {}  # what the heartbeat thread does meanwhile
+    node.clock.advance(8)  # past the claim's own lease
+    assert await node.scheduler.reap() == 0
+    assert await claiming == 1  # the loop is free again: the run starts, under its first token
+    await node.worker.run_until_idle()
+    done = node.execution(job.id)
+    assert (done.status, done.attempt) == (ExecutionStatus.SUCCEEDED, 1)

@@ -111,6 +111,10 @@ class Worker:
         """execution id -> the run, until its outcome is written. Changed on the event loop only,
         under ``_held_lock``, which the heartbeat thread takes to snapshot it."""
         self._held_lock = threading.Lock()
+        self._claimed: dict[str, int] = {}
+        """execution id -> fencing token of runs a claim committed that the event loop has not
+        started yet (it may be blocked by a task): the heartbeat renews them too. Changed under
+        ``_held_lock``, from the claim's thread and the loop."""
         self._executing = 0
         """Tasks still running: what concurrency bounds. A finished run waiting for its outcome
         to be written holds no slot, so claiming overlaps with writing outcomes."""
@@ -190,17 +194,7 @@ class Worker:
         if not ids:
             self._claims.succeeded()
             return 0, 0
-        claiming = asyncio.ensure_future(
-            asyncio.to_thread(
-                self.store.execution_claim,
-                ids,
-                self.owner,
-                self.settings.lease_ttl,
-                self.settings.misfire_grace,
-                self._limits,
-                free,
-            )
-        )
+        claiming = asyncio.ensure_future(asyncio.to_thread(self._claim_leases, ids, free))
         try:
             claim = await asyncio.shield(claiming)
         except asyncio.CancelledError:
@@ -223,6 +217,22 @@ class Worker:
                     len(claim.not_due),
                 )
         return len(ids) - len(claim.not_due), len(claim.started)
+
+    def _claim_leases(self, ids: list[str], free: int) -> ClaimResult:
+        """The store's claim, in a thread. The heartbeat knows the leases it took from the
+        commit on: a task blocking the event loop (``time.sleep`` in an ``async def``) until
+        the loop can start them must not let them expire and be rescued elsewhere."""
+        claim = self.store.execution_claim(
+            ids,
+            self.owner,
+            self.settings.lease_ttl,
+            self.settings.misfire_grace,
+            self._limits,
+            free,
+        )
+        with self._held_lock:
+            self._claimed.update((r.execution.id, r.execution.fencing_token) for r in claim.started)
+        return claim
 
     async def _hand_back(self, ids: Sequence[str]) -> None:
         """Runs the queue handed out but the store could not start (it is unreachable): back to
@@ -250,6 +260,8 @@ class Worker:
             started.append(held)
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
+            for held in started:
+                self._claimed.pop(held.run.execution.id, None)
         self.stats.started += len(started)
         self.metrics.runs_in_flight.set(len(self._held))
         now = self.clock.now()
@@ -269,6 +281,7 @@ class Worker:
         with self._held_lock:
             for run in claiming.result().started:
                 self._held[run.execution.id] = _Held(run)
+                self._claimed.pop(run.execution.id, None)
 
     def _cancel_local(self, execution_id: str, why: str) -> None:
         """Stop the local run of an execution whose lease this worker no longer holds. A run
@@ -418,7 +431,7 @@ class Worker:
     def _held_leases(self) -> HeldLeases:
         """What the heartbeat renews; called from its thread."""
         with self._held_lock:
-            return {eid: held.token for eid, held in self._held.items()}
+            return {eid: held.token for eid, held in self._held.items()} | self._claimed
 
     def _leases_lost(self, lost: HeldLeases) -> None:
         """Stop the runs whose lease the heartbeat found gone (on the event loop)."""
