@@ -157,14 +157,17 @@ def check(
     harness = os.getpid()  # the runner started every product process, and checks in-process
     for entry in seen.entries:
         # A line from a worker's pool child is the worker's: faults hit the worker.
-        if entry.get("ppid", harness) != harness:
-            entry["pid"] = entry["ppid"]
+        lineage = entry.get("lineage", [])
+        if harness in lineage[1:]:
+            entry["pid"] = lineage[lineage.index(harness) - 1]
         if entry["event"] == "start":
             starts[entry["execution_id"]].append(entry)
         else:
             ends[entry["execution_id"], entry["fencing_token"]] = entry["wall"]
     for lines in starts.values():
-        lines.sort(key=lambda e: e["wall_ns"])
+        # In token order: a rescue is the start with the next token, even where the frozen
+        # holder of the earlier one wakes and starts it (fenced) after the rescue started.
+        lines.sort(key=lambda e: (e["fencing_token"], e["wall_ns"]))
     start_walls = {eid: [e["wall"] for e in lines] for eid, lines in starts.items()}
     verdict = judge(seen.jobs, runs, start_walls, boundary=cancel_boundary)
 

@@ -17,6 +17,19 @@ from onbeat import App, TaskContext
 app = App()
 
 
+def _lineage(levels: int = 4) -> list[int]:
+    """This process and its ancestors: a run in a worker's pool child (forked by the pool's
+    forkserver) is the worker's, two levels up."""
+    pids = [os.getpid(), os.getppid()]
+    while len(pids) < levels and pids[-1] > 1:
+        try:
+            with open(f"/proc/{pids[-1]}/stat") as stat:
+                pids.append(int(stat.read().rsplit(")", 1)[1].split()[1]))
+        except OSError:
+            break
+    return pids
+
+
 def _record(event: str, ctx: TaskContext) -> None:
     line = json.dumps(
         {
@@ -27,7 +40,7 @@ def _record(event: str, ctx: TaskContext) -> None:
             "fencing_token": ctx.fencing_token,
             "scheduled_for": ctx.scheduled_for.isoformat(),
             "pid": os.getpid(),
-            "ppid": os.getppid(),  # the worker, for a run in one of its pool's child processes
+            "lineage": _lineage(),
             "wall": time.time(),
             "wall_ns": time.time_ns(),
             "mono_ns": time.monotonic_ns(),

@@ -162,7 +162,10 @@ def _run_embedded(scenario: Scenario, seed: int, artifacts: Path, env: dict[str,
 
 def _wait_tasks(api: str) -> None:
     def published() -> bool:
-        tasks = {t["name"] for t in httpx.get(f"{api}/tasks").json()["items"]}
+        try:
+            tasks = {t["name"] for t in httpx.get(f"{api}/tasks").json()["items"]}
+        except httpx.TransportError:  # not listening yet
+            return False
         return {"work", "work_sync"} <= tasks
 
     wait_until(published, 30, "the ledger app's tasks to be published")
