@@ -154,13 +154,15 @@ class LoadGenerator:
         with contextlib.suppress(BaseException):
             self.submission.run()
 
-    def stop(self, cancel_phase: float) -> None:
-        """Stop submitting; cancel the cron jobs ``cancel_phase`` into the next second (the runs
-        of that second have had that long to start) and log each cancel instant."""
+    def stop_submitting(self) -> None:
         self.submission.abort()
         self._thread.join()
         if self.submission.error is not None:
             raise self.submission.error
+
+    def cancel_crons(self, cancel_phase: float) -> None:
+        """Cancel the cron jobs ``cancel_phase`` into the next second (the runs of that second
+        have had that long to start) and log each cancel instant."""
         if not self.cron_answers:
             return
         time.sleep(max(0.0, math.ceil(time.time()) + cancel_phase - time.time()))

@@ -210,7 +210,18 @@ def _drive(
     # Every restart of the last kill is done before the cancels go to the API.
     wait_until(lambda: all(p.process.poll() is None for p in supervisor.slots), 30, "restarts")
     wait_until(lambda: _answers(api), 30, "the API after the last restart")
-    load.stop(CANCEL_PHASE)
+    load.stop_submitting()
+    # A cron run the cancel catches unstarted is judged cancelled by design only if it fell due
+    # within the cancel boundary: so the fleet first works off the backlog the faults left.
+    backlog = (
+        "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', 'running')"
+        f" AND scheduled_for < {{now}} - {int(CANCEL_PHASE * 1e6)}"
+    )
+    wait_until(
+        lambda: query(db, backlog.format(now=int(time.time() * 1e6)))[0][0] == 0,
+        DRAIN_TIMEOUT, "the backlog to be worked off before the cancel",
+    )  # fmt: skip
+    load.cancel_crons(CANCEL_PHASE)
     acks.close()
     pending = "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', 'running')"
     wait_until(lambda: query(db, pending)[0][0] == 0, DRAIN_TIMEOUT, "every run to be final")
@@ -218,7 +229,15 @@ def _drive(
     supervisor.stop()
     caused = {e.pid for e in nemesis.timeline}
     deaths = [
-        FaultEvent("died", r.role, r.slot, r.died_pid, r.died_at, 0, sorted(held_by(r.died_pid)))
+        FaultEvent(
+            "died",
+            r.role,
+            r.slot,
+            r.died_pid,
+            r.died_at,
+            0,
+            sorted(_held_at_death(db, r.died_pid, held_by)),
+        )
         for r in supervisor.restarts
         if r.died_pid not in caused
     ]
@@ -236,6 +255,15 @@ def _drive(
     }
     report.write(artifacts)
     return report
+
+
+def _held_at_death(db: str, pid: int, held_by: Callable[[int], set[str]]) -> set[str]:
+    """What a process that died by itself (a poison task took it down) held, found afterwards:
+    the runs whose attempt by it the reaper ended as lost, and its ledger starts without an end."""
+    lost = query(
+        db, f"SELECT execution_id FROM attempts WHERE outcome = 'lost' AND worker LIKE '%-{pid}-%'"
+    )
+    return held_by(pid) | {row[0] for row in lost}
 
 
 def _answers(api: str) -> bool:
