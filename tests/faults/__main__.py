@@ -1,5 +1,6 @@
 """``python -m tests.faults --scenario S1 --seed 7``: run one scenario, print the checker's table;
-the exit status is 0 on pass."""
+``--profile quick`` (or ``nightly``): run a profile's scenarios one after the other and write their
+figures side by side (``summary.md``, ``results.json``). The exit status is 0 if all passed."""
 
 from __future__ import annotations
 
@@ -7,21 +8,32 @@ import argparse
 import sys
 from pathlib import Path
 
+from tests.faults import summary
 from tests.faults.runner import run
-from tests.faults.scenarios import SCENARIOS
+from tests.faults.scenarios import PROFILES, SCENARIOS
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults")
-    parser.add_argument("--scenario", choices=sorted(SCENARIOS), required=True)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--scenario", choices=sorted(SCENARIOS))
+    which.add_argument("--profile", choices=sorted(PROFILES))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--artifacts", type=Path, default=None)
     args = parser.parse_args()
-    artifacts = args.artifacts or Path("artifacts/faults") / f"{args.scenario}-seed{args.seed}"
-    report = run(args.scenario, args.seed, artifacts)
-    print(report.table())
+    name = args.scenario or args.profile
+    artifacts = args.artifacts or Path("artifacts/faults") / f"{name}-seed{args.seed}"
+    names = [args.scenario] if args.scenario else list(PROFILES[args.profile])
+    reports = []
+    for scenario in names:
+        report = run(scenario, args.seed, artifacts / scenario if args.profile else artifacts)
+        print(report.table(), flush=True)
+        reports.append(report)
+    if args.profile:
+        summary.write(reports, artifacts, f"Profile {args.profile}, seed {args.seed}")
+        print(summary.table(reports))
     print(f"artifacts: {artifacts}")
-    return 0 if report.passed else 1
+    return 0 if all(r.passed for r in reports) else 1
 
 
 if __name__ == "__main__":

@@ -68,10 +68,24 @@ def random_plan(
     lasts: float = 0.0,
 ) -> list[PlannedFault]:
     """``kind`` to a random one of ``slots`` every U(``interval``) seconds within ``duration``."""
+    return mixed_plan(seed, [(kind, lasts)], slots, interval, duration, limit)
+
+
+def mixed_plan(
+    seed: int,
+    kinds: Sequence[tuple[str, float]],
+    slots: Sequence[int],
+    interval: tuple[float, float],
+    duration: float,
+    limit: int = 1000,
+) -> list[PlannedFault]:
+    """A random one of ``kinds`` (kind, lasts) to a random one of ``slots`` every
+    U(``interval``) seconds within ``duration``: Jepsen's combined nemesis."""
     rng = random.Random(seed)
     plan: list[PlannedFault] = []
     at = rng.uniform(*interval)
     while at < duration and len(plan) < limit:
+        kind, lasts = kinds[0] if len(kinds) == 1 else rng.choice(kinds)
         plan.append(PlannedFault(at, kind, rng.choice(slots), lasts))
         at += rng.uniform(*interval)
     return plan

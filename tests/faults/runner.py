@@ -188,7 +188,8 @@ def _drive(
     the first fault (the embedded node's API dies with it)."""
     acks = AckLog(artifacts / "acks.jsonl")
     load = LoadGenerator(api, scenario.workload, seed, acks)
-    plan = scenario.plan(seed, supervisor.slots_of(scenario.victims), scenario.load_seconds)
+    victims = [slot for role in scenario.victims for slot in supervisor.slots_of(role)]
+    plan = scenario.plan(seed, victims, scenario.load_seconds)
     ledger = artifacts / "ledger"
 
     def held_by(pid: int) -> set[str]:

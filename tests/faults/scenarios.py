@@ -5,12 +5,12 @@ SQLite node."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tests.faults.loadgen import Special, Workload
-from tests.faults.nemesis import PlannedFault, ServiceFault, random_plan
+from tests.faults.nemesis import PlannedFault, ServiceFault, mixed_plan, random_plan
 
 if TYPE_CHECKING:
     from tests.faults.runner import FleetContext
@@ -66,6 +66,15 @@ def every(
     return plan
 
 
+def mixed(kinds: Sequence[tuple[str, float]], interval: tuple[float, float]) -> PlanMaker:
+    """A random one of ``kinds`` (kind, lasts) to a random victim every U(``interval``) s."""
+
+    def plan(seed: int, slots: list[int], duration: float) -> list[PlannedFault]:
+        return mixed_plan(seed, kinds, slots, interval, duration)
+
+    return plan
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -73,8 +82,8 @@ class Scenario:
     workload: Workload
     load_seconds: float
     plan: PlanMaker = no_faults
-    victims: str = "worker"
-    """The role whose processes the plan's process faults hit."""
+    victims: tuple[str, ...] = ("worker",)
+    """The roles whose processes the plan's process faults hit."""
     embedded: bool = False
     workers: int = 4
     schedulers: int = 2
@@ -151,7 +160,24 @@ SCENARIOS = {
         Workload(batches=30, batch=100, pace=0.0, due_within=(2.0, 30.0), crons=10),
         load_seconds=28,
         plan=every("kill -9", (3.0, 5.0), limit=5),
-        victims="up",
+        victims=("up",),
         embedded=True,
     ),
 }
+
+NIGHTLY_FAULTS = [("kill -9", 0.0), ("kill -STOP", 2 * LEASE_TTL), ("kill -TERM", 0.0)]
+SCENARIOS["N1"] = Scenario(
+    "N1",
+    "nightly: 1M runs over an hour, 3 schedulers, kill -9 / -STOP / -TERM of random workers and"
+    " schedulers every U(15, 30) s",
+    Workload(batches=6000, batch=167, pace=0.6, due_within=(1.0, 5.0), crons=50),
+    load_seconds=3600,
+    plan=mixed(NIGHTLY_FAULTS, (15.0, 30.0)),
+    victims=("worker", "scheduler"),
+    schedulers=3,
+)
+PROFILES = {
+    "quick": ("S0", "S1", "S2", "S3", "S11"),
+    "nightly": ("N1",),
+}
+"""``quick`` runs in CI (``tests/faults/test_scenarios.py``); ``nightly`` by hand."""

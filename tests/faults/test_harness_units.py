@@ -3,8 +3,9 @@ percentile is the one its table claims."""
 
 from __future__ import annotations
 
-from tests.faults.checker import percentile
-from tests.faults.nemesis import PlannedFault, random_plan
+from tests.faults import summary
+from tests.faults.checker import Report, percentile
+from tests.faults.nemesis import PlannedFault, mixed_plan, random_plan
 
 
 def kill_plan(
@@ -29,3 +30,20 @@ def test_percentile__nearest_rank() -> None:
     assert percentile(values, 0.5) == 51.0
     assert percentile(values, 0.99) == 100.0
     assert percentile([], 0.99) == 0.0
+
+
+def test_mixed_plan__draws_every_kind_with_its_duration() -> None:
+    kinds = [("kill -9", 0.0), ("kill -STOP", 8.0), ("kill -TERM", 0.0)]
+    plan = mixed_plan(7, kinds, [1, 2, 3], (1.0, 2.0), 200.0)
+    assert plan == mixed_plan(7, kinds, [1, 2, 3], (1.0, 2.0), 200.0)
+    assert {(f.kind, f.lasts) for f in plan} == set(kinds)
+
+
+def test_summary_table__a_column_per_scenario_failures_marked() -> None:
+    passed = Report("S0", 7, {"runs_lost": 0, "start_delay_p99": 0.05}, {"runs_lost": True})
+    failed = Report("S1", 7, {"runs_lost": 3}, {"runs_lost": False})
+    lines = summary.table([passed, failed]).splitlines()
+    assert lines[0] == "| metric | S0 | S1 |"
+    assert "| `runs_lost` | 0 | **3** ✗ |" in lines
+    assert "| `start_delay_p99` | 0.050 | — |" in lines
+    assert lines[-1] == "| **result** | PASS | **FAIL** |"

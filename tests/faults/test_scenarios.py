@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.runner import run
+from tests.faults.scenarios import PROFILES
 
 pytestmark = [
     pytest.mark.slow,
@@ -17,7 +18,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("scenario", ["S0", "S1", "S2", "S3", "S11"])
+@pytest.mark.parametrize("scenario", PROFILES["quick"])
 def test_fault_scenario__pass_lines_hold(scenario: str, tmp_path: Path) -> None:
     report = run(scenario, seed=7, artifacts=tmp_path / scenario)
     print("\n" + report.table())
