@@ -103,6 +103,20 @@ class _Connection:
                 cursor.executemany(sql, batch)
 
 
+IDLE_IN_TRANSACTION_TIMEOUT = 2.0
+"""Seconds the server lets a session of ours sit idle inside a transaction before ending it. Our
+transactions send their statements back to back (milliseconds); a session idle that long in one
+belongs to a process frozen mid-transaction (SIGSTOP, a VM pause, a debugger), whose row locks
+(a run's, the fleet's in-flight counter every claim, outcome and reap takes) would otherwise stall
+the whole fleet for as long as it stays frozen. It stays well under any sane ``lease_ttl``."""
+
+
+def _configure_session(conn: psycopg.Connection[Row]) -> None:
+    conn.execute(
+        f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}"
+    )
+
+
 class PostgresStore(SQLStore):
     """The Store on PostgreSQL: ``PostgresStore("postgresql://host/db")``."""
 
@@ -129,6 +143,7 @@ class PostgresStore(SQLStore):
             min_size=1,
             max_size=POOL_SIZE,
             kwargs={"row_factory": _row_factory, "autocommit": True},
+            configure=_configure_session,
             timeout=CONNECT_TIMEOUT,
             open=False,
             name="onbeat",
