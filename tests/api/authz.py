@@ -63,6 +63,13 @@ ROUTES = [
 ]
 PUBLIC = ["/api/v1/healthz", "/api/v1/readyz", "/openapi.json", "/docs"]
 WITH_ID = [r for r in ROUTES if r.takes_id]
+NUL_IDS = {
+    "job_id": "ab%00c",
+    "execution_id": "ab%00c",
+    "dead_letter_id": "ab%00c",
+    "tenant": "a%00",
+}
+"""Path parameters carrying NUL (percent-encoded): they name nothing, on any store."""
 
 
 @dataclass
