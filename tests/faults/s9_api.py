@@ -34,6 +34,7 @@ from onbeat.schedule import Schedule
 from onbeat.testing.postgres import fresh_schema
 from onbeat.worker.catalog import task_defaults
 from tests.api.authz import (
+    NUL_IDS,
     PUBLIC,
     ROUTES,
     UNKNOWN,
@@ -137,7 +138,8 @@ def _call(
 
 def refused_matrix(client: httpx.Client, world: World) -> Outcome:
     """Every cell that must be refused: no key and every bad key (401), a reader's writes and a
-    writer's admin route (403), another tenant's ids and unknown ones (404)."""
+    writer's admin route (403), another tenant's ids, unknown ones and ones with NUL (404), NUL in
+    a query (400)."""
     out = Outcome()
     acme = world.acme
     for route in ROUTES:
@@ -159,6 +161,13 @@ def refused_matrix(client: httpx.Client, world: World) -> Outcome:
         out.expect(f"cross-tenant {route}", _call(client, route, world.rival.ids, admin), 404, None)
         unknown = dict.fromkeys(world.rival.ids, UNKNOWN)
         out.expect(f"unknown id {route}", _call(client, route, unknown, admin), 404, None)
+        out.expect(f"NUL in id {route}", _call(client, route, NUL_IDS, admin), 404, None)
+    for route in ROUTES:
+        if not route.writes:
+            query = {**route.query, "task": "a\x00b"}
+            reader = bearer(acme.keys[Role.READER])
+            response = client.get(route.url(acme.ids), params=query, headers=reader)
+            out.expect(f"NUL in the query {route}", response, 400, "task")
     out.expect("no key, unknown path", client.get("/nothing-here"), 401, None)
     return out
 
