@@ -13,6 +13,7 @@ import pytest
 
 from onbeat import App, TaskContext
 from onbeat.api import create_app
+from onbeat.clock import Clock
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.scheduler import Scheduler
 from onbeat.testing import FakeClock
@@ -31,9 +32,9 @@ TABLES = (
 )
 
 
-@pytest.fixture
-def onbeat_app(tmp_path: Path, clock: FakeClock) -> Iterator[App]:
-    app = App(f"sqlite:///{tmp_path / 'db'}", clock=clock)
+def add_test_tasks(app: App) -> App:
+    """The tasks the API tests' jobs name: ``echo`` returns its params, ``fail`` always fails
+    (one attempt, so its run is dead-lettered at once)."""
 
     @app.task(name="echo", max_attempts=5, timeout=30, backoff=2.0, backoff_max=60)
     def echo(ctx: TaskContext, **params: Any) -> dict[str, Any]:
@@ -43,6 +44,12 @@ def onbeat_app(tmp_path: Path, clock: FakeClock) -> Iterator[App]:
     def fail(ctx: TaskContext) -> None:
         raise RuntimeError(f"boom {ctx.attempt}")
 
+    return app
+
+
+@pytest.fixture
+def onbeat_app(tmp_path: Path, clock: FakeClock) -> Iterator[App]:
+    app = add_test_tasks(App(f"sqlite:///{tmp_path / 'db'}", clock=clock))
     yield app
     app.close()
 
@@ -54,7 +61,7 @@ async def client(onbeat_app: App) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def run_due(app: App, clock: FakeClock) -> None:
+async def run_due(app: App, clock: Clock) -> None:
     """One scheduler pass, then run everything due, as the embedded node would."""
     queue = MemoryDelayQueue(clock)
     # One owner for every pass, so each pass holds every shard (a new owner would get a share).
@@ -65,7 +72,7 @@ async def run_due(app: App, clock: FakeClock) -> None:
     await queue.close()
 
 
-async def make_dead_letter(app: App, clock: FakeClock, tenant: str = "default") -> str:
+async def make_dead_letter(app: App, clock: Clock, tenant: str = "default") -> str:
     """A job whose only attempt fails; returns the dead-lettered execution's id."""
     job = app.schedule("fail", tenant=tenant)
     await run_due(app, clock)

@@ -6,7 +6,6 @@ caller is acme unless a test says otherwise; rival's rows are the ones it must n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -17,87 +16,25 @@ from onbeat.api.cursors import encode_cursor
 from onbeat.auth import Role
 from onbeat.errors import StoreUnavailableError
 from onbeat.testing import FakeClock
-from tests.api.conftest import assert_problem, bearer, make_dead_letter, snapshot
-
-UNKNOWN = "0123456789abcdef0123456789abcdef"
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str
-    """Relative to /api/v1, with the spec's path parameters."""
-    body: dict[str, Any] | None = None
-    query: dict[str, str] = field(default_factory=dict)
-    admin: bool = False
-    """Needs an admin key (a writer's is a 403)."""
-
-    @property
-    def writes(self) -> bool:
-        return self.method != "GET"
-
-    @property
-    def takes_id(self) -> bool:
-        return "{" in self.path
-
-    def url(self, ids: dict[str, str]) -> str:
-        return self.path.format(**ids)
-
-    def __str__(self) -> str:
-        return f"{self.method} {self.path}"
-
-
-ROUTES = [
-    Route("GET", "/jobs"),
-    Route("POST", "/jobs", body={"task": "echo"}),
-    Route("POST", "/jobs/batch", body={"jobs": [{"task": "echo"}]}),
-    Route("GET", "/jobs/{job_id}"),
-    Route("PATCH", "/jobs/{job_id}", body={"priority": 3}),
-    Route("DELETE", "/jobs/{job_id}"),
-    Route("POST", "/jobs/{job_id}/pause"),
-    Route("POST", "/jobs/{job_id}/resume"),
-    Route("POST", "/jobs/{job_id}/run"),
-    Route("GET", "/jobs/{job_id}/executions"),
-    Route("GET", "/jobs/{job_id}/audit"),
-    Route("GET", "/executions/{execution_id}"),
-    Route("GET", "/dead-letters"),
-    Route("POST", "/dead-letters/{dead_letter_id}/replay"),
-    Route("DELETE", "/dead-letters/{dead_letter_id}"),
-    Route("GET", "/tasks"),
-    Route("GET", "/schedules/preview", query={"expression": "@daily"}),
-    Route("GET", "/tenants/{tenant}/limits"),
-    Route("PUT", "/tenants/{tenant}/limits", body={"max_in_flight": 5}, admin=True),
-]
-PUBLIC = ["/api/v1/healthz", "/api/v1/readyz", "/openapi.json", "/docs"]
-WITH_ID = [r for r in ROUTES if r.takes_id]
-
-
-@dataclass
-class Tenant:
-    ids: dict[str, str]
-    job_ids: list[str]
-    keys: dict[Role, str] = field(default_factory=dict)
-
-
-@dataclass
-class World:
-    acme: Tenant
-    rival: Tenant
-
-
-async def _rows(app: App, clock: FakeClock, tenant: str) -> Tenant:
-    job = app.schedule("echo", cron="0 * * * *", tenant=tenant)
-    execution = app.run_now(job.id)
-    dead = await make_dead_letter(app, clock, tenant)
-    ids = {"job_id": job.id, "execution_id": execution.id, "dead_letter_id": dead, "tenant": tenant}
-    return Tenant(ids=ids, job_ids=sorted([job.id, app.get_execution(dead).job_id]))
+from tests.api.authz import (
+    PUBLIC,
+    ROUTES,
+    UNKNOWN,
+    WITH_ID,
+    Route,
+    World,
+    bad_authorizations,
+    tenant_rows,
+)
+from tests.api.conftest import assert_problem, bearer, snapshot
 
 
 @pytest.fixture
 async def rows(onbeat_app: App, clock: FakeClock) -> World:
     """Both tenants' rows, and no API key yet."""
     return World(
-        acme=await _rows(onbeat_app, clock, "acme"), rival=await _rows(onbeat_app, clock, "rival")
+        acme=await tenant_rows(onbeat_app, clock, "acme"),
+        rival=await tenant_rows(onbeat_app, clock, "rival"),
     )
 
 
@@ -145,27 +82,11 @@ async def test_no_key__401_on_every_route_once_a_key_exists(
     assert snapshot(onbeat_app) == before
 
 
-def _bad_authorizations(app: App) -> list[str]:
-    key = app.create_api_key("acme", Role.ADMIN)
-    app.revoke_api_key(key[0].id)
-    return [
-        "Bearer onb_000000000000_" + "x" * 43,  # well-formed, unknown
-        f"Bearer {key[1]}",  # revoked
-        f"Bearer {key[1]}x",
-        "Basic YWNtZTpzZWNyZXQ=",
-        "Bearer",
-        "Bearer ",
-        "Bearer a b",
-        "Bearer " + "k" * 600,
-        "onb_000000000000_xxxx",
-    ]
-
-
 @pytest.mark.parametrize("route", ROUTES, ids=str)
 async def test_wrong_key__401_on_every_route(
     client: httpx.AsyncClient, onbeat_app: App, world: World, route: Route
 ) -> None:
-    bad = _bad_authorizations(onbeat_app)
+    bad = bad_authorizations(onbeat_app)
     before = snapshot(onbeat_app)
     for authorization in bad:
         response = await call(client, route, world.acme.ids, {"Authorization": authorization})
@@ -180,7 +101,7 @@ async def test_wrong_key__401_on_every_route(
 async def test_wrong_key__401_even_while_no_key_is_required(
     client: httpx.AsyncClient, onbeat_app: App, rows: World, route: Route
 ) -> None:
-    bad = _bad_authorizations(onbeat_app)
+    bad = bad_authorizations(onbeat_app)
     assert not onbeat_app.auth_enabled()
     before = snapshot(onbeat_app)
     for authorization in bad:

@@ -156,6 +156,17 @@ async def test_wrong_method__405_problem_with_allow(client: httpx.AsyncClient) -
     assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
 
 
+async def test_wrong_method_on_a_literal_path__allow_names_only_its_own_methods(
+    client: httpx.AsyncClient,
+) -> None:
+    """/jobs/batch also matches the template /jobs/{job_id}, but it is another resource: its
+    Allow is what the spec declares for it (Schemathesis, S9: allow_header_conformance)."""
+    for method in ("OPTIONS", "PUT"):
+        response = await client.request(method, "/jobs/batch")
+        assert_problem(response, 405)
+        assert response.headers["allow"] == "POST"
+
+
 async def test_openapi__declares_every_error_as_a_problem_document(
     client: httpx.AsyncClient,
 ) -> None:

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 from tests.faults import summary
-from tests.faults.runner import run
+from tests.faults.runner import OWN_RUNNERS, run
 from tests.faults.scenarios import PROFILES, SCENARIOS
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--scenario", choices=sorted(SCENARIOS))
+    which.add_argument("--scenario", choices=sorted([*SCENARIOS, *OWN_RUNNERS]))
     which.add_argument("--profile", choices=sorted(PROFILES))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--artifacts", type=Path, default=None)

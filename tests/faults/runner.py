@@ -21,6 +21,7 @@ from tests.faults.checker import Observed, Report, Thresholds, check, query, rea
 from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
 from tests.faults.nemesis import FaultEvent, Nemesis, ServiceFault
+from tests.faults import s9_api, s10_dst
 from tests.faults.process import APP, REPO, wait_for_output, wait_until
 from tests.faults.scenarios import (
     CANCEL_PHASE,
@@ -62,7 +63,13 @@ def free_port() -> int:
         return port
 
 
+OWN_RUNNERS: dict[str, Callable[[int, Path], Report]] = {"S9": s9_api.run, "S10": s10_dst.run}
+"""Scenarios that need no fleet, nemesis or load: API fuzzing on one api process, the DST oracle."""
+
+
 def run(name: str, seed: int, artifacts: Path) -> Report:
+    if name in OWN_RUNNERS:
+        return OWN_RUNNERS[name](seed, artifacts)
     scenario = SCENARIOS[name]
     artifacts.mkdir(parents=True, exist_ok=True)
     for sub in ("logs", "ledger"):

@@ -177,7 +177,8 @@ SCENARIOS["N1"] = Scenario(
     schedulers=3,
 )
 PROFILES = {
-    "quick": ("S0", "S1", "S2", "S3", "S11"),
+    "quick": ("S0", "S1", "S2", "S3", "S9", "S10", "S11"),
     "nightly": ("N1",),
 }
-"""``quick`` runs in CI (``tests/faults/test_scenarios.py``); ``nightly`` by hand."""
+"""``quick`` runs in CI (``tests/faults/test_scenarios.py``); ``nightly`` by hand. S9 and S10 are
+run by modules of their own (``runner.OWN_RUNNERS``)."""

@@ -18,6 +18,7 @@ from onbeat.api.auth import SCHEME_NAME, AuthMiddleware, is_public, is_write
 from onbeat.api.middleware import (
     DEFAULT_MAX_BODY_BYTES,
     BodyLimitMiddleware,
+    NulInUrlMiddleware,
     RequestTimingMiddleware,
 )
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
@@ -59,6 +60,7 @@ def create_app(
         return Response(served.exposition(), media_type=CONTENT_TYPE)
 
     install_problem_handlers(api)
+    api.add_middleware(NulInUrlMiddleware)  # after the auth check (middleware added later is outer)
     api.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     api.add_middleware(AuthMiddleware, onbeat=onbeat_app)  # before the body is read
     from onbeat.dashboard import DashboardFirst  # imported here: the dashboard imports onbeat.api

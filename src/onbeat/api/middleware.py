@@ -1,13 +1,15 @@
-"""ASGI middleware of the API: a request-body cap applied before anything parses the body, and
-request timing for the latency histogram."""
+"""ASGI middleware of the API: a request-body cap applied before anything parses the body, the
+refusal of NUL in a URL, and request timing for the latency histogram."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 
+from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from onbeat.api.auth import is_public
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, FieldError, problem_body
 from onbeat.metrics import Metrics
 
@@ -61,21 +63,55 @@ class BodyLimitMiddleware:
 
     async def _too_large(self, send: Send) -> None:
         message = f"is larger than the {self.max_bytes} bytes accepted"
-        body = problem_body(
-            413, "payload-too-large", f"body {message}", [FieldError(field="body", message=message)]
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        errors = [FieldError(field="body", message=message)]
+        await _send_problem(send, 413, "payload-too-large", f"body {message}", errors, close=True)
+
+
+class NulInUrlMiddleware:
+    """Refuse NUL in a URL before any route sees it: in the path, an id or a tenant name with NUL
+    names nothing (404); in a query value or name it is malformed (400, naming the parameter).
+    PostgreSQL text cannot hold NUL, so the store's lookup would fail (a 500) instead of finding
+    nothing. Placed after the auth check: a stranger still gets a 401 first."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_public(scope["path"]):  # health checks read nothing
+            await self.app(scope, receive, send)
+            return
+        if "\x00" in scope["path"]:
+            detail = f"no resource at {scope['path'].replace(chr(0), '%00')!r}"
+            await _send_problem(send, 404, "not-found", detail)
+            return
+        for name, value in QueryParams(scope["query_string"]).multi_items():
+            if "\x00" in name or "\x00" in value:
+                shown = name.replace("\x00", "%00")
+                message = "must not contain NUL"
+                errors = [FieldError(field=shown, message=message)]
+                await _send_problem(send, 400, "malformed-request", f"{shown}: {message}", errors)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _send_problem(
+    send: Send,
+    status: int,
+    kind: str,
+    detail: str,
+    errors: list[FieldError] | None = None,
+    close: bool = False,
+) -> None:
+    """Answer with a problem document from ASGI middleware (before the app's handlers exist)."""
+    body = problem_body(status, kind, detail, errors or [])
+    headers = [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class RequestTimingMiddleware:

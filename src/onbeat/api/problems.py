@@ -295,7 +295,12 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
 def _allowed_methods(request: Request) -> list[str]:
     methods: set[str] = set()
     spec = request.app.openapi_schema or request.app.openapi()  # the paths of every variant
-    for template, operations in spec.get("paths", {}).items():
+    paths = spec.get("paths", {})
+    if request.url.path in paths:
+        # A literal path (/jobs/batch) is a resource of its own, though a template matches it too
+        # (/jobs/{job_id}): its Allow is what it declares.
+        return sorted(method.upper() for method in paths[request.url.path])
+    for template, operations in paths.items():
         regex, _, _ = compile_path(template)
         if regex.match(request.url.path):
             methods.update(method.upper() for method in operations)

@@ -68,6 +68,13 @@ class TaskCatalogContract:
         assert store.task_catalog(TTL, ["nope"]) == []
         assert store.task_catalog(TTL, []) == []
 
+    def test_task_catalog__a_name_no_store_can_hold_is_simply_unknown(self, store: Store) -> None:
+        """A name with NUL (PostgreSQL text cannot hold one) or a lone surrogate, as a fuzzed API
+        request sends it, is a task nobody published: looking it up is not an error."""
+        store.task_publish(WORKER, [SEND])
+        names = ["mail\x00.send", "\x00", "r\x00F", "\ud98c", "mail.send"]
+        assert _names(store.task_catalog(TTL, names)) == ["mail.send"]
+
     def test_task_catalog__a_task_nobody_published_lately_is_left_out(
         self, store: Store, clock: FakeClock
     ) -> None:

@@ -101,6 +101,20 @@ class RegistryTransactions(SQLBase):
             if names is None:
                 rows = c.execute(self._q["task_catalog"], {"since": since}).fetchall()
             else:
-                params = {"since": since, "names": json.dumps(list(names))}
+                # A name no stored text can be (NUL, a lone surrogate) is nobody's task; sent to
+                # PostgreSQL it would be an error, not an answer.
+                storable = [n for n in names if _storable(n)]
+                params = {"since": since, "names": json.dumps(storable)}
                 rows = c.execute(self._q["task_catalog_of_names"], params).fetchall()
         return [published_task_of(r) for r in rows]
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` could be stored as text: no NUL, and valid UTF-8 (no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
