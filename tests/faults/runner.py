@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 
 from onbeat.testing.postgres import fresh_schema
+from tests.faults import s9_api, s10_dst
 from tests.faults.checker import Observed, Report, Thresholds, check, query, read_ledgers
 from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
 from tests.faults.nemesis import FaultEvent, Nemesis, ServiceFault
-from tests.faults import s9_api, s10_dst
 from tests.faults.process import APP, REPO, wait_for_output, wait_until
 from tests.faults.scenarios import (
     CANCEL_PHASE,
