@@ -178,9 +178,25 @@ class PostgresStore(SQLStore):
     def _lock_shard_map(self, c: Connection) -> None:
         c.execute(self._q["shard_map_lock"])
 
+    def _start_runs(
+        self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
+    ) -> list[Row]:
+        """One statement: the runs' UPDATE ... RETURNING feeds the attempts' INSERT."""
+        if not ids:
+            return []
+        params = {"ids": json.dumps(list(ids)), "owner": owner, "now": now}
+        params["lease_expires_at"] = lease_expires_at
+        rows: list[Row] = c.execute(self._q["execution_start_many"], params).fetchall()
+        return rows
+
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
-        """One data-modifying CTE per run: DELETE ... RETURNING into the history's INSERT."""
-        c.executemany(self._q["execution_finish_final"], finishes)
+        """One statement per batch: the attempts' UPDATE, the runs' DELETE ... RETURNING into the
+        history's INSERT, and the one-shot jobs' completion."""
+        if finishes:
+            c.execute(
+                self._q["execution_finish_final"],
+                {"finishes": json.dumps(list(finishes)), "now": finishes[0]["now"]},
+            )
 
     def _move_final(self, c: Connection, ids: str) -> None:
         """One data-modifying CTE: DELETE ... RETURNING into the history's INSERT."""

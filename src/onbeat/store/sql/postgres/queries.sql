@@ -157,8 +157,11 @@ LIMIT :limit
 FOR UPDATE OF e, j SKIP LOCKED;
 
 -- name: execution_mark_queued
+-- Driven by the ids; "scheduled" as the complement of the other statuses (not to match
+-- runs_dispatch, as in execution_start_many).
 UPDATE runs SET status = 'queued', queued_at = :now
-WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'scheduled';
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+  AND status NOT IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped');
 
 -- name: execution_mark_catchup
 UPDATE runs SET catchup = TRUE
@@ -221,14 +224,15 @@ WHERE r.status NOT IN ('running', 'succeeded', 'failed', 'cancelled', 'skipped')
 ORDER BY r.job_id, r.scheduled_for;
 
 -- name: execution_running_of_jobs
--- Driven by the job ids (the unique index leads with job_id). The status test is written as
--- the complement of 'running' so that it does not match the partial indexes of running runs:
--- the planner would read all of one (every running run, and the dead entries a bitmap scan
+-- Driven by the job ids (= ANY of an array: the unique index leads with job_id; as a join the
+-- planner guesses 100 ids and hashes them against a scan of every run). The status test is
+-- written as the complement of 'running' so that it does not match the partial index of running
+-- runs: the planner would read all of it (every running run, and the dead entries a bitmap scan
 -- never prunes) for the few jobs of a claim.
 SELECT r.id, r.job_id, r.started_at
-FROM jsonb_array_elements_text(CAST(:job_ids AS jsonb)) AS t(job_id)
-JOIN runs AS r ON r.job_id = t.job_id
-WHERE r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped');
+FROM runs AS r
+WHERE r.job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb))))
+  AND r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped');
 
 -- name: execution_newest_missed_of_jobs
 SELECT job_id, max(scheduled_for) AS newest FROM executions
@@ -237,15 +241,23 @@ WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
 GROUP BY job_id;
 
 -- name: execution_start_many
-UPDATE runs
-SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
-    lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
-WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'queued'
-RETURNING *;
-
--- name: attempt_insert
-INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at, outcome)
-VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
+-- Start the queued runs of :ids and insert their attempts, in one statement. The ids drive
+-- (runs_pkey, = ANY of the array); "queued" is written as the complement of the other statuses
+-- so that it does not match runs_dispatch, which the planner would AND with the ids (reading
+-- every queued run of every shard).
+WITH started AS (
+    UPDATE runs
+    SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+        lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now,
+        reason = NULL
+    WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+      AND status NOT IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
+    RETURNING *),
+attempt AS (
+    INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
+                          outcome)
+    SELECT id, scheduled_for, attempt, :owner, fencing_token, :now, 'running' FROM started)
+SELECT * FROM started;
 
 -- name: attempt_finish
 UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
@@ -259,8 +271,7 @@ WHERE id = :id AND status = 'queued';
 -- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
 -- "scheduled" as the complement of the other statuses: not to match runs_dispatch (as above).
 UPDATE runs AS r SET due_at = :now
-FROM jsonb_array_elements_text(CAST(:job_ids AS jsonb)) AS t(job_id)
-WHERE r.job_id = t.job_id
+WHERE r.job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb))))
   AND r.status NOT IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
   AND r.reason LIKE 'waiting for %' AND r.due_at > :now;
 
@@ -298,19 +309,43 @@ SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last
 WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 
 -- name: execution_finish_final
--- A running run's final outcome (the caller checked its token): moved from runs straight into
--- the history with its final values, one delete and one insert, no update of the hot row first.
-WITH gone AS (
-    DELETE FROM runs WHERE id = :id AND fencing_token = :fencing_token AND status = 'running'
-    RETURNING *)
-INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status, attempt,
-                               priority, lease_owner, lease_expires_at, fencing_token, result,
-                               last_error, reason, created_at, started_at, finished_at, catchup,
-                               queued_at)
-SELECT id, job_id, shard, trigger, scheduled_for, due_at, :status, attempt - :uncount_attempt,
-       priority, NULL, NULL, fencing_token, :result, :error, :reason, created_at, started_at, :now,
-       catchup, queued_at
-FROM gone;
+-- A batch of running runs' final outcomes (the caller checked their tokens; :finishes is a JSON
+-- array of execution_finish's parameters plus scheduled_for and the attempt's outcome), in one
+-- statement: each attempt ends, each run moves from runs straight into the history with its final
+-- values (no update of the hot row first), and a one-shot job whose run this was is completed.
+-- The ids drive every step (= ANY of an array: primary keys; the attempts' index in each
+-- partition); "running" is written as the complement of the other statuses so that it does not
+-- match the partial index runs_lease_expiry.
+WITH f AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(CAST(:finishes AS jsonb))
+        AS f(id text, fencing_token bigint, scheduled_for bigint, status text, outcome text,
+             result text, error text, reason text, uncount_attempt int)),
+attempt AS (
+    UPDATE attempts AS a SET finished_at = :now, outcome = f.outcome, error = f.error
+    FROM f
+    WHERE a.execution_id = ANY (ARRAY(SELECT id FROM f))
+      AND a.execution_id = f.id AND a.scheduled_for = f.scheduled_for
+      AND a.fencing_token = f.fencing_token),
+gone AS (
+    DELETE FROM runs AS r USING f
+    WHERE r.id = ANY (ARRAY(SELECT id FROM f))
+      AND r.id = f.id AND r.fencing_token = f.fencing_token
+      AND r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped')
+    RETURNING r.*, f.status AS final_status, f.result AS final_result, f.error AS final_error,
+              f.reason AS final_reason, f.uncount_attempt),
+moved AS (
+    INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status,
+                                   attempt, priority, lease_owner, lease_expires_at,
+                                   fencing_token, result, last_error, reason, created_at,
+                                   started_at, finished_at, catchup, queued_at)
+    SELECT id, job_id, shard, trigger, scheduled_for, due_at, final_status,
+           attempt - uncount_attempt, priority, NULL, NULL, fencing_token, final_result,
+           final_error, final_reason, created_at, started_at, :now, catchup, queued_at
+    FROM gone
+    RETURNING job_id, trigger)
+UPDATE jobs AS j SET status = 'completed', updated_at = :now
+WHERE j.id = ANY (ARRAY(SELECT job_id FROM moved WHERE trigger = 'schedule'))
+  AND j.schedule_kind != 'cron' AND j.status NOT IN ('paused', 'cancelled', 'completed');
 
 -- name: dead_letter_insert
 INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at,
