@@ -185,13 +185,17 @@ def test_sqlite__the_history_migration_moves_every_run_where_it_belongs(tmp_path
         assert [c.execute(query).fetchall() for query, _ in _MOVED] == [rows for _, rows in _MOVED]
 
 
+_HISTORY_MIGRATION = 5
+"""PostgreSQL's migration that split executions into runs and execution_history."""
+
+
 def test_postgres__the_history_migration_moves_every_run_where_it_belongs() -> None:
     with fresh_schema() as url:
         with psycopg.connect(url, autocommit=True) as c:  # as the version before it left a store
             c.execute(
                 "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT)"
             )
-            for version, script in migrations("postgres")[:-1]:
+            for version, script in migrations("postgres")[: _HISTORY_MIGRATION - 1]:
                 c.execute(script.encode())
                 c.execute("INSERT INTO onbeat_migrations VALUES (%s, 0)", (version,))
             for statement in _OLD_ROWS:

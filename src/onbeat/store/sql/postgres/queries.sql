@@ -64,9 +64,8 @@ UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 
 -- name: job_complete_one_shot
--- "Not paused, cancelled or completed" is "active", written so that it does not match the
--- partial index jobs_shard_active: with status = 'active' the planner reads that whole index
--- (every active job, 20,000 entries in bench/fleet.py) for the few ids of a batch.
+-- "Not paused, cancelled or completed" is "active", written so that it does not match a partial
+-- index on active jobs, which the planner would read whole for the few ids of a batch.
 UPDATE jobs AS j SET status = 'completed', updated_at = :now
 FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS t(id)
 WHERE j.id = t.id AND j.schedule_kind != 'cron'
@@ -618,26 +617,42 @@ ON CONFLICT (tenant) DO UPDATE SET
 
 -- name: tenant_usage_lock
 -- The counters a claim decides on (created at zero if missing), locked until commit: the upsert
--- locks each row, in the order given ('' first, then by name), as every writer of them does.
-INSERT INTO tenant_usage (tenant, running)
-SELECT t, 0 FROM jsonb_array_elements_text(CAST(:tenants AS jsonb)) AS t ORDER BY t
-ON CONFLICT (tenant) DO UPDATE SET running = tenant_usage.running
-RETURNING tenant, running, tat;
+-- locks every stripe of each, in (tenant, stripe) order ('' first, then by name), the order every
+-- writer of them takes; returns each tenant's sum (tat is kept on stripe 0).
+WITH locked AS (
+    INSERT INTO tenant_usage (tenant, stripe, running)
+    SELECT t, s, 0
+    FROM jsonb_array_elements_text(CAST(:tenants AS jsonb)) AS t
+    CROSS JOIN generate_series(0, 15) AS s
+    ORDER BY t, s
+    ON CONFLICT (tenant, stripe) DO UPDATE SET running = tenant_usage.running
+    RETURNING tenant, running, tat)
+SELECT tenant, CAST(sum(running) AS bigint) AS running, max(tat) AS tat FROM locked
+GROUP BY tenant;
 
 -- name: tenant_usage_add
 -- One statement per transaction that starts or ends runs: :changes is a JSON array of
--- {tenant, running (the change), tat (NULL: unchanged)}, applied in tenant order ('' first),
--- the lock order of tenant_usage_lock.
-INSERT INTO tenant_usage (tenant, running, tat)
-SELECT c.tenant, c.running, c.tat
-FROM jsonb_to_recordset(CAST(:changes AS jsonb)) AS c(tenant text, running bigint, tat bigint)
-ORDER BY c.tenant
-ON CONFLICT (tenant) DO UPDATE SET
+-- {tenant, running (the change), tat (NULL: unchanged)}. The changes go to one stripe, chosen at
+-- random (stripe 0 when a tat is written: it lives there, and such a claim locked every stripe),
+-- applied in (tenant, stripe) order, the lock order of tenant_usage_lock.
+WITH pick AS MATERIALIZED (SELECT CAST(floor(random() * 16) AS smallint) AS stripe),
+changes AS (
+    SELECT c.tenant, c.running, c.tat
+    FROM jsonb_to_recordset(CAST(:changes AS jsonb)) AS c(tenant text, running bigint, tat bigint))
+INSERT INTO tenant_usage (tenant, stripe, running, tat)
+SELECT c.tenant,
+       CASE WHEN EXISTS (SELECT 1 FROM changes WHERE tat IS NOT NULL) THEN 0 ELSE pick.stripe END,
+       c.running, c.tat
+FROM changes AS c CROSS JOIN pick
+ORDER BY 1, 2
+ON CONFLICT (tenant, stripe) DO UPDATE SET
     running = tenant_usage.running + excluded.running,
     tat = coalesce(excluded.tat, tenant_usage.tat);
 
 -- name: tenant_usage_get
-SELECT running, tat FROM tenant_usage WHERE tenant = :tenant;
+SELECT CAST(sum(running) AS bigint) AS running, max(tat) AS tat FROM tenant_usage
+WHERE tenant = :tenant
+HAVING count(*) > 0;
 
 -- name: execution_hold_for_slot
 -- A run given a slot under its tenant's starts/s limit: the slot is its hand-over to the queue
@@ -716,7 +731,8 @@ WHERE i.inhparent = CAST(CAST(:parent AS text) AS regclass)
 LOCK TABLE {parent}_default IN ACCESS EXCLUSIVE MODE;
 
 -- name: partition_create
-CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+-- {storage}: attempts' partitions leave room for the attempt's one update (a HOT update).
+CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage};
 
 -- name: partition_fill
 -- The rows of that day that landed in the DEFAULT partition while the day had none.
