@@ -312,9 +312,11 @@ WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 -- array of execution_finish's parameters plus scheduled_for and the attempt's outcome), in one
 -- statement: each attempt ends, each run moves from runs straight into the history with its final
 -- values (no update of the hot row first), and a one-shot job whose run this was is completed.
--- The ids drive every step (= ANY of an array: primary keys; the attempts' index in each
--- partition); "running" is written as the complement of the other statuses so that it does not
--- match the partial index runs_lease_expiry.
+-- The ids drive every step (= ANY of an array: primary keys; the attempts' index), and the
+-- batch's range of fire times prunes the attempts' day partitions when the statement starts
+-- (= ANY of the fire times would not: every partition's index would be probed for every id);
+-- "running" is written as the complement of the other statuses so that it does not match the
+-- partial index runs_lease_expiry.
 WITH f AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(CAST(:finishes AS jsonb))
         AS f(id text, fencing_token bigint, scheduled_for bigint, status text, outcome text,
@@ -323,6 +325,8 @@ attempt AS (
     UPDATE attempts AS a SET finished_at = :now, outcome = f.outcome, error = f.error
     FROM f
     WHERE a.execution_id = ANY (ARRAY(SELECT id FROM f))
+      AND a.scheduled_for BETWEEN (SELECT min(scheduled_for) FROM f)
+                              AND (SELECT max(scheduled_for) FROM f)
       AND a.execution_id = f.id AND a.scheduled_for = f.scheduled_for
       AND a.fencing_token = f.fencing_token),
 gone AS (
