@@ -237,7 +237,9 @@ class Fleet:
             tables = conn.execute(
                 "SELECT relname, n_tup_upd, n_tup_hot_upd, n_dead_tup, autovacuum_count"
                 " FROM pg_stat_user_tables WHERE schemaname = %s"
-                " AND relname IN ('executions', 'jobs', 'attempts')",
+                " AND (relname IN ('runs', 'jobs', 'tenant_usage')"
+                " OR relname LIKE 'attempts%%' OR relname LIKE 'execution_history%%')"
+                " AND n_tup_ins + n_tup_upd + n_tup_del > 0",
                 (self.schema,),
             ).fetchall()
         return {

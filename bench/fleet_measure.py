@@ -153,9 +153,10 @@ class PgSampler:
         from onbeat.store.queries import load_queries
 
         self.admin_url, self.app_names, self.interval = admin_url, list(app_names), interval
-        self.patterns = [
-            (self._pattern(body), name) for name, body in load_queries("postgres").items()
-        ]
+        queries = load_queries("postgres").items()
+        self.patterns = [(self._pattern(body), name) for name, body in queries]
+        self.prefixes = [(self._shape(self._normal(body)), name) for name, body in queries]
+        """For a statement pg_stat_activity cut short: its text up to the cut, parameters as ?."""
         self.counts: dict[str, int] = {}
         self.waits: dict[str, int] = {}
         self.samples = 0
@@ -168,6 +169,11 @@ class PgSampler:
         lines = (line for line in sql.splitlines() if not line.lstrip().startswith("--"))
         return " ".join(" ".join(lines).split()).rstrip("; ")
 
+    @staticmethod
+    def _shape(sql: str) -> str:
+        """Parameters (``:name`` in queries.sql, ``$n`` on the server) as ``?``."""
+        return re.sub(r"(?<!:):\w+|\$\d+", "?", sql)
+
     def _pattern(self, body: str) -> re.Pattern[str]:
         """The statement as the server shows it: ``:name`` parameters became ``$n``."""
         pieces = re.split(r"(?<!:):\w+", self._normal(body))
@@ -178,8 +184,9 @@ class PgSampler:
         if name is None:
             text = self._normal(query)
             found = [n for pattern, n in self.patterns if pattern.fullmatch(text)]
-            if not found:  # pg_stat_activity cuts long statements (track_activity_query_size)
-                found = [n for p, n in self.patterns if len(text) > 1000 and p.match(text)]
+            if not found and len(query) >= 1000:  # cut by track_activity_query_size
+                shape = self._shape(text)[:-20]  # the cut may split a parameter's number
+                found = [n for prefix, n in self.prefixes if prefix.startswith(shape)]
             name = found[0] if found else text[:40]
             self._names[query] = name
         return name

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -37,9 +38,13 @@ import psycopg
 
 import onbeat
 from onbeat.schedule import Schedule
+from onbeat.store import postgres as postgres_module
 from onbeat.store.base import Completion, DispatchParams, NewJob
 from onbeat.store.postgres import PostgresStore
 from onbeat.testing.postgres import fresh_schema
+
+APP_NAME = "onbeat-store-wal"
+"""application_name of the store's connections: their backends' CPU is read from /proc."""
 
 PHASES = ("create", "dispatch", "claim", "finish")
 
@@ -115,6 +120,66 @@ def attributed_wal(
     return by_relation
 
 
+class StatementCounter:
+    """Counts the statements the store sends (an ``executemany`` of n rows is n statements,
+    as the server executes them), by wrapping the PostgreSQL connection adapter."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.phase = ""
+        self.seconds: dict[tuple[str, str], float] = {}
+        """(phase, statement name) -> wall seconds in the statement (driver and server)."""
+        names = {sql: name for name, sql in PostgresStore._q.items()}
+        adapter = postgres_module._Connection
+        self._originals = (adapter.execute, adapter.executemany)
+        counter = self
+
+        def timed(sql: str, t0: float) -> None:
+            key = (counter.phase, names.get(sql, sql[:30]))
+            counter.seconds[key] = counter.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+        def execute(conn: Any, sql: str, parameters: Any = None, /) -> Any:
+            counter.count += 1
+            t0 = time.perf_counter()
+            cursor = counter._originals[0](conn, sql, parameters)
+            timed(sql, t0)
+            return cursor
+
+        def executemany(conn: Any, sql: str, parameters: Any, /) -> None:
+            batch = list(parameters)
+            counter.count += len(batch)
+            t0 = time.perf_counter()
+            counter._originals[1](conn, sql, batch)
+            timed(sql, t0)
+
+        adapter.execute = execute  # type: ignore[method-assign]
+        adapter.executemany = executemany  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        adapter = postgres_module._Connection
+        adapter.execute, adapter.executemany = self._originals  # type: ignore[method-assign]
+
+
+def _backend_cpu(url: str) -> float:
+    """CPU seconds used so far by the store's backends (``APP_NAME``), from /proc."""
+    with psycopg.connect(url) as c:
+        pids = [
+            r[0]
+            for r in c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,)
+            )
+        ]
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _in_batches(ids: Sequence[str], size: int, work: Callable[[Sequence[str]], object]) -> None:
     for start in range(0, len(ids), size):
         work(ids[start : start + size])
@@ -123,25 +188,47 @@ def _in_batches(ids: Sequence[str], size: int, work: Callable[[Sequence[str]], o
 def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> dict[str, Any]:
     """One pass of ``runs`` executions through the four phases on a fresh schema."""
     with fresh_schema() as url:
-        store = PostgresStore(url)
+        store = PostgresStore(f"{url}&application_name={APP_NAME}")
         wal: dict[str, int] = {}
         spans: dict[str, tuple[int, int]] = {}
+        work: dict[str, dict[str, float]] = {}
+        counter = StatementCounter()
+        marks: list[tuple[int, float, float]] = []
+
+        def mark() -> None:
+            counter.phase = PHASES[len(marks) // 2] if len(marks) < 8 else ""
+            marks.append((counter.count, time.process_time(), _backend_cpu(url)))
+
+        def measured(phase: str) -> None:
+            (n0, c0, b0), (n1, c1, b1) = marks[-2], marks[-1]
+            work[phase] = {
+                "statements": (n1 - n0) / runs,
+                "client_us": (c1 - c0) / runs * 1e6,
+                "server_us": (b1 - b0) / runs * 1e6,
+            }
+
         try:
             if partitions and hasattr(store, "history_maintain"):
                 store.history_maintain(0, 1)
             news = [NewJob(task="bench.noop", params={}, schedule=Schedule.parse())] * runs
             created: list[str] = []
             before = _lsn(url)
+            mark()
             for start in range(0, runs, 1000):
                 created += [c.job.id for c in store.job_create_many(news[start : start + 1000])]
+            mark()
+            measured("create")
             spans["create"] = (before, _lsn(url))
             wal["create"] = spans["create"][1] - before
 
             leases = store.shard_acquire("bench-scheduler", 600)
             queued: list[str] = []
             before = _lsn(url)
+            mark()
             while items := store.execution_dispatch(DispatchParams(leases, 10.0, 60.0, 5000)):
                 queued += [item.execution_id for item in items]
+            mark()
+            measured("dispatch")
             spans["dispatch"] = (before, _lsn(url))
             wal["dispatch"] = spans["dispatch"][1] - before
             assert len(queued) == runs, (len(queued), runs)
@@ -153,7 +240,10 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
                 tokens.update((r.execution.id, r.execution.fencing_token) for r in result.started)
 
             before = _lsn(url)
+            mark()
             _in_batches(queued, batch, claim)
+            mark()
+            measured("claim")
             spans["claim"] = (before, _lsn(url))
             wal["claim"] = spans["claim"][1] - before
             assert len(tokens) == runs
@@ -162,10 +252,14 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
                 store.execution_finish_many([Completion(i, tokens[i], True) for i in ids])
 
             before = _lsn(url)
+            mark()
             _in_batches(queued, batch, finish)
+            mark()
+            measured("finish")
             spans["finish"] = (before, _lsn(url))
             wal["finish"] = spans["finish"][1] - before
         finally:
+            counter.close()
             store.close()
         relations: dict[str, dict[str, int]] = {}
         records_only: dict[str, int] = {}
@@ -186,7 +280,14 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
                     " WHERE schemaname = current_schema() ORDER BY relname"
                 )
             }
+    statement_us = {
+        f"{phase} {name}": round(seconds / runs * 1e6, 1)
+        for (phase, name), seconds in sorted(counter.seconds.items(), key=lambda kv: -kv[1])
+        if phase
+    }
     return {
+        "statement_us": statement_us,
+        "work": work,
         "wal": wal,
         "wal_without_page_images": records_only,
         "tables": tables,
@@ -222,6 +323,16 @@ def main() -> None:
             + f"; total {sum(bare.values()):.0f} B/run"
         )
     print("WAL per execution\n" + "\n".join(rows))
+    print("statements / client CPU us / server CPU us per run (median of rounds)")
+    for p in PHASES:
+        cells = [
+            statistics.median(r["work"][p][k] for r in rounds)
+            for k in ("statements", "client_us", "server_us")
+        ]
+        print(f"  {p:<9} {cells[0]:6.2f} {cells[1]:8.0f} {cells[2]:8.0f}")
+    print("wall us per run in each statement, by phase (last round; driver and server)")
+    for key, us in list(rounds[-1]["statement_us"].items())[:25]:
+        print(f"  {key:<60} {us:8.1f}")
     print("tables (last round): updates, HOT updates, bytes at rest per run")
     for name, t in rounds[-1]["tables"].items():
         if t["updates"] or t["bytes"] > 100_000:
@@ -236,8 +347,8 @@ def main() -> None:
         names = sorted({n for phase in by_phase.values() for n in phase})
         print(f"  {'relation':<44}" + "".join(f"{p:>10}" for p in PHASES))
         for name in names:
-            cells = "".join(f"{by_phase[p].get(name, 0) / args.runs:10.0f}" for p in PHASES)
-            print(f"  {name:<44}{cells}")
+            row = "".join(f"{by_phase[p].get(name, 0) / args.runs:10.0f}" for p in PHASES)
+            print(f"  {name:<44}{row}")
     print(json.dumps({"per_run": per_run, "rounds": rounds}))
 
 

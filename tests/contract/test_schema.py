@@ -185,13 +185,17 @@ def test_sqlite__the_history_migration_moves_every_run_where_it_belongs(tmp_path
         assert [c.execute(query).fetchall() for query, _ in _MOVED] == [rows for _, rows in _MOVED]
 
 
+_HISTORY_MIGRATION = 5
+"""PostgreSQL's migration that split executions into runs and execution_history."""
+
+
 def test_postgres__the_history_migration_moves_every_run_where_it_belongs() -> None:
     with fresh_schema() as url:
         with psycopg.connect(url, autocommit=True) as c:  # as the version before it left a store
             c.execute(
                 "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT)"
             )
-            for version, script in migrations("postgres")[:-1]:
+            for version, script in migrations("postgres")[: _HISTORY_MIGRATION - 1]:
                 c.execute(script.encode())
                 c.execute("INSERT INTO onbeat_migrations VALUES (%s, 0)", (version,))
             for statement in _OLD_ROWS:
@@ -201,3 +205,36 @@ def test_postgres__the_history_migration_moves_every_run_where_it_belongs() -> N
             assert [c.execute(query.encode()).fetchall() for query, _ in _MOVED] == [
                 rows for _, rows in _MOVED
             ]
+
+
+_STRIPES_MIGRATION = 6
+"""PostgreSQL's migration that spread tenant_usage's counters over stripes."""
+
+
+def test_postgres__the_stripes_migration_keeps_every_counter() -> None:
+    with fresh_schema() as url:
+        with psycopg.connect(url, autocommit=True) as c:  # as the version before it left a store
+            c.execute(
+                "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT)"
+            )
+            for version, script in migrations("postgres")[: _STRIPES_MIGRATION - 1]:
+                c.execute(script.encode())
+                c.execute("INSERT INTO onbeat_migrations VALUES (%s, 0)", (version,))
+            c.execute(
+                "INSERT INTO tenant_usage (tenant, running, tat)"
+                " VALUES ('', 7, NULL), ('acme', 5, 1700000000000000), ('zeta', 2, NULL)"
+                " ON CONFLICT (tenant) DO UPDATE SET running = excluded.running"
+            )
+        store = PostgresStore(url)
+        try:
+            usage = {t: store.tenant_usage(t) for t in ("", "acme", "zeta", "none")}
+        finally:
+            store.close()
+        assert [(u.running, u.tat) for u in usage.values()] == [
+            (7, None),
+            (5, usage["acme"].tat),
+            (2, None),
+            (0, None),
+        ]
+        assert usage["acme"].tat is not None
+        assert int(usage["acme"].tat.timestamp() * 1_000_000) == 1_700_000_000_000_000

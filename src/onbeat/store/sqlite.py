@@ -9,6 +9,7 @@ one file shares the machine's clock.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -24,7 +25,7 @@ from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
 from onbeat.settings import DEFAULT_SHARDS
 from onbeat.store.queries import load_queries, migrations
-from onbeat.store.sql_store import Connection, SQLStore
+from onbeat.store.sql_store import Connection, Row, SQLStore
 
 Q = load_queries("sqlite")
 BUSY_TIMEOUT = 30.0
@@ -157,10 +158,36 @@ class SQLiteStore(SQLStore):
                         c.execute(statement)
                 c.execute("INSERT INTO onbeat_migrations VALUES (?, ?)", (version, self._now_us()))
 
+    def _start_runs(
+        self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
+    ) -> list[Row]:
+        """Start the runs, then insert their attempts: SQLite has no data-modifying CTE."""
+        params = {"ids": json.dumps(list(ids)), "owner": owner, "now": now}
+        params["lease_expires_at"] = lease_expires_at
+        started: list[Row] = c.execute(Q["execution_start_many"], params).fetchall()
+        c.executemany(
+            Q["attempt_insert"],
+            [
+                {
+                    "id": row["id"],
+                    "scheduled_for": row["scheduled_for"],
+                    "attempt": row["attempt"],
+                    "owner": owner,
+                    "fencing_token": row["fencing_token"],
+                    "now": now,
+                }
+                for row in started
+            ],
+        )
+        return started
+
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
-        """Copy, then delete: SQLite has no data-modifying CTE."""
+        """End the attempts, copy the runs to the history, then delete them (SQLite has no
+        data-modifying CTE), and complete the one-shot jobs."""
+        c.executemany(Q["attempt_finish"], finishes)
         c.executemany(Q["execution_finish_final"], finishes)
         c.executemany(Q["execution_finish_final_delete"], finishes)
+        self._complete_one_shots(c, finishes)
 
     def _move_final(self, c: Connection, ids: str) -> None:
         """Copy, then delete: SQLite has no data-modifying CTE."""

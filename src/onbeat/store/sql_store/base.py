@@ -153,9 +153,19 @@ class SQLBase:
         """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
         from them, one at a time across processes."""
 
+    def _start_runs(
+        self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
+    ) -> list[Row]:
+        """Start the runs of ``ids`` that are still queued (leased to ``owner``, attempt and
+        fencing token moved on) and insert their attempts; returns the started runs' rows."""
+        raise NotImplementedError
+
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
-        """Move running runs (tokens checked) to the history with their final outcome, the
-        ``execution_finish`` parameters of each, without updating the hot row first."""
+        """End running runs (tokens checked) for good: end their attempts, move them to the
+        history with their final outcome without updating the hot row first, and complete a
+        one-shot job whose scheduled run this was. ``finishes``: the ``execution_finish``
+        parameters of each, plus ``scheduled_for``, ``outcome`` (the attempt's), ``job_id`` and
+        ``trigger``."""
         raise NotImplementedError
 
     def _move_final(self, c: Connection, ids: str) -> None:

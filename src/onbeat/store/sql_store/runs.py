@@ -140,28 +140,12 @@ class RunTransactions(LimitTransactions):
             not_due.extend(
                 QueueItem(i, due, rows[i]["priority"], rows[i]["shard"]) for i, due in limited.held
             )
-            started = c.execute(
-                self._q["execution_start_many"],
-                {
-                    "ids": json.dumps([r["id"] for r in to_start]),
-                    "owner": owner,
-                    "lease_expires_at": now_us + int(lease_ttl * 1_000_000),
-                    "now": now_us,
-                },
-            ).fetchall()
-            c.executemany(
-                self._q["attempt_insert"],
-                [
-                    {
-                        "id": row["id"],
-                        "scheduled_for": row["scheduled_for"],
-                        "attempt": row["attempt"],
-                        "owner": owner,
-                        "fencing_token": row["fencing_token"],
-                        "now": now_us,
-                    }
-                    for row in started
-                ],
+            started = self._start_runs(
+                c,
+                [r["id"] for r in to_start],
+                owner,
+                now_us + int(lease_ttl * 1_000_000),
+                now_us,
             )
             job_of = {r["id"]: r for r in to_start}
             in_flight = Counter(job_of[row["id"]]["tenant"] for row in started)
@@ -259,9 +243,10 @@ class RunTransactions(LimitTransactions):
         outcomes: Sequence[tuple[Row, Completion, AttemptOutcome]],
         now_us: int,
     ) -> None:
-        """Move running executions (tokens already checked) to their next state and log each
-        attempt, in three batched statements."""
-        finishes, attempts, dead, final = [], [], [], []
+        """Move running executions (tokens already checked) to their next state and end each
+        attempt: runs that go on (a retry, a release) are updated in place, the final ones leave
+        for the history in one batch (``_finish_final``)."""
+        finishes, attempts, dead = [], [], []
         for r, done, outcome in outcomes:
             end = plan_finish(
                 succeeded=done.succeeded,
@@ -282,6 +267,10 @@ class RunTransactions(LimitTransactions):
                     "reason": end.reason,
                     "uncount_attempt": int(end.uncount),
                     "now": now_us,
+                    "scheduled_for": r["scheduled_for"],
+                    "outcome": outcome.value,
+                    "job_id": r["job_id"],
+                    "trigger": r["trigger"],
                 }
             )
             attempts.append(
@@ -306,17 +295,18 @@ class RunTransactions(LimitTransactions):
                         "scheduled_for": r["scheduled_for"],
                     }
                 )
-            if status.is_final:
-                final.append(r)
+        final = [ExecutionStatus(f["status"]).is_final for f in finishes]
         # attempts before runs and history, in every transaction (a lock order)
-        c.executemany(self._q["attempt_finish"], attempts)
+        c.executemany(
+            self._q["attempt_finish"],
+            [a for a, ends in zip(attempts, final, strict=True) if not ends],
+        )
         c.executemany(
             self._q["execution_finish"],
-            [f for f in finishes if not ExecutionStatus(f["status"]).is_final],
+            [f for f, ends in zip(finishes, final, strict=True) if not ends],
         )
-        self._finish_final(c, [f for f in finishes if ExecutionStatus(f["status"]).is_final])
+        self._finish_final(c, [f for f, ends in zip(finishes, final, strict=True) if ends])
         self._dead_letter(c, dead)
-        self._complete_one_shots(c, final)
         self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
         self._usage_end(c, [r["tenant"] for r, _, _ in outcomes])  # last: the lock order
 

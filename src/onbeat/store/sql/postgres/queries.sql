@@ -64,9 +64,8 @@ UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 
 -- name: job_complete_one_shot
--- "Not paused, cancelled or completed" is "active", written so that it does not match the
--- partial index jobs_shard_active: with status = 'active' the planner reads that whole index
--- (every active job, 20,000 entries in bench/fleet.py) for the few ids of a batch.
+-- "Not paused, cancelled or completed" is "active", written so that it does not match a partial
+-- index on active jobs, which the planner would read whole for the few ids of a batch.
 UPDATE jobs AS j SET status = 'completed', updated_at = :now
 FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS t(id)
 WHERE j.id = t.id AND j.schedule_kind != 'cron'
@@ -157,8 +156,11 @@ LIMIT :limit
 FOR UPDATE OF e, j SKIP LOCKED;
 
 -- name: execution_mark_queued
+-- Driven by the ids; "scheduled" as the complement of the other statuses (not to match
+-- runs_dispatch, as in execution_start_many).
 UPDATE runs SET status = 'queued', queued_at = :now
-WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'scheduled';
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+  AND status NOT IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped');
 
 -- name: execution_mark_catchup
 UPDATE runs SET catchup = TRUE
@@ -221,14 +223,15 @@ WHERE r.status NOT IN ('running', 'succeeded', 'failed', 'cancelled', 'skipped')
 ORDER BY r.job_id, r.scheduled_for;
 
 -- name: execution_running_of_jobs
--- Driven by the job ids (the unique index leads with job_id). The status test is written as
--- the complement of 'running' so that it does not match the partial indexes of running runs:
--- the planner would read all of one (every running run, and the dead entries a bitmap scan
+-- Driven by the job ids (= ANY of an array: the unique index leads with job_id; as a join the
+-- planner guesses 100 ids and hashes them against a scan of every run). The status test is
+-- written as the complement of 'running' so that it does not match the partial index of running
+-- runs: the planner would read all of it (every running run, and the dead entries a bitmap scan
 -- never prunes) for the few jobs of a claim.
 SELECT r.id, r.job_id, r.started_at
-FROM jsonb_array_elements_text(CAST(:job_ids AS jsonb)) AS t(job_id)
-JOIN runs AS r ON r.job_id = t.job_id
-WHERE r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped');
+FROM runs AS r
+WHERE r.job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb))))
+  AND r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped');
 
 -- name: execution_newest_missed_of_jobs
 SELECT job_id, max(scheduled_for) AS newest FROM executions
@@ -237,15 +240,23 @@ WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
 GROUP BY job_id;
 
 -- name: execution_start_many
-UPDATE runs
-SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
-    lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
-WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'queued'
-RETURNING *;
-
--- name: attempt_insert
-INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at, outcome)
-VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
+-- Start the queued runs of :ids and insert their attempts, in one statement. The ids drive
+-- (runs_pkey, = ANY of the array); "queued" is written as the complement of the other statuses
+-- so that it does not match runs_dispatch, which the planner would AND with the ids (reading
+-- every queued run of every shard).
+WITH started AS (
+    UPDATE runs
+    SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+        lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now,
+        reason = NULL
+    WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+      AND status NOT IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
+    RETURNING *),
+attempt AS (
+    INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
+                          outcome)
+    SELECT id, scheduled_for, attempt, :owner, fencing_token, :now, 'running' FROM started)
+SELECT * FROM started;
 
 -- name: attempt_finish
 UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
@@ -259,8 +270,7 @@ WHERE id = :id AND status = 'queued';
 -- 'waiting for ' is plan.WAITING (tests/unit/test_queries.py keeps them equal).
 -- "scheduled" as the complement of the other statuses: not to match runs_dispatch (as above).
 UPDATE runs AS r SET due_at = :now
-FROM jsonb_array_elements_text(CAST(:job_ids AS jsonb)) AS t(job_id)
-WHERE r.job_id = t.job_id
+WHERE r.job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb))))
   AND r.status NOT IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
   AND r.reason LIKE 'waiting for %' AND r.due_at > :now;
 
@@ -298,19 +308,47 @@ SET status = :status, due_at = coalesce(:due_at, due_at), result = :result, last
 WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 
 -- name: execution_finish_final
--- A running run's final outcome (the caller checked its token): moved from runs straight into
--- the history with its final values, one delete and one insert, no update of the hot row first.
-WITH gone AS (
-    DELETE FROM runs WHERE id = :id AND fencing_token = :fencing_token AND status = 'running'
-    RETURNING *)
-INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status, attempt,
-                               priority, lease_owner, lease_expires_at, fencing_token, result,
-                               last_error, reason, created_at, started_at, finished_at, catchup,
-                               queued_at)
-SELECT id, job_id, shard, trigger, scheduled_for, due_at, :status, attempt - :uncount_attempt,
-       priority, NULL, NULL, fencing_token, :result, :error, :reason, created_at, started_at, :now,
-       catchup, queued_at
-FROM gone;
+-- A batch of running runs' final outcomes (the caller checked their tokens; :finishes is a JSON
+-- array of execution_finish's parameters plus scheduled_for and the attempt's outcome), in one
+-- statement: each attempt ends, each run moves from runs straight into the history with its final
+-- values (no update of the hot row first), and a one-shot job whose run this was is completed.
+-- The ids drive every step (= ANY of an array: primary keys; the attempts' index), and the
+-- batch's range of fire times prunes the attempts' day partitions when the statement starts
+-- (= ANY of the fire times would not: every partition's index would be probed for every id);
+-- "running" is written as the complement of the other statuses so that it does not match the
+-- partial index runs_lease_expiry.
+WITH f AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(CAST(:finishes AS jsonb))
+        AS f(id text, fencing_token bigint, scheduled_for bigint, status text, outcome text,
+             result text, error text, reason text, uncount_attempt int)),
+attempt AS (
+    UPDATE attempts AS a SET finished_at = :now, outcome = f.outcome, error = f.error
+    FROM f
+    WHERE a.execution_id = ANY (ARRAY(SELECT id FROM f))
+      AND a.scheduled_for BETWEEN (SELECT min(scheduled_for) FROM f)
+                              AND (SELECT max(scheduled_for) FROM f)
+      AND a.execution_id = f.id AND a.scheduled_for = f.scheduled_for
+      AND a.fencing_token = f.fencing_token),
+gone AS (
+    DELETE FROM runs AS r USING f
+    WHERE r.id = ANY (ARRAY(SELECT id FROM f))
+      AND r.id = f.id AND r.fencing_token = f.fencing_token
+      AND r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped')
+    RETURNING r.*, f.status AS final_status, f.result AS final_result, f.error AS final_error,
+              f.reason AS final_reason, f.uncount_attempt),
+moved AS (
+    INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at, status,
+                                   attempt, priority, lease_owner, lease_expires_at,
+                                   fencing_token, result, last_error, reason, created_at,
+                                   started_at, finished_at, catchup, queued_at)
+    SELECT id, job_id, shard, trigger, scheduled_for, due_at, final_status,
+           attempt - uncount_attempt, priority, NULL, NULL, fencing_token, final_result,
+           final_error, final_reason, created_at, started_at, :now, catchup, queued_at
+    FROM gone
+    RETURNING job_id, trigger)
+UPDATE jobs AS j SET status = 'completed', updated_at = :now
+WHERE j.id = ANY (ARRAY(SELECT job_id FROM moved WHERE trigger = 'schedule'))
+  AND j.schedule_kind != 'cron' AND j.status NOT IN ('paused', 'cancelled', 'completed');
 
 -- name: dead_letter_insert
 INSERT INTO dead_letters (execution_id, job_id, tenant, attempts, last_error, created_at,
@@ -583,26 +621,42 @@ ON CONFLICT (tenant) DO UPDATE SET
 
 -- name: tenant_usage_lock
 -- The counters a claim decides on (created at zero if missing), locked until commit: the upsert
--- locks each row, in the order given ('' first, then by name), as every writer of them does.
-INSERT INTO tenant_usage (tenant, running)
-SELECT t, 0 FROM jsonb_array_elements_text(CAST(:tenants AS jsonb)) AS t ORDER BY t
-ON CONFLICT (tenant) DO UPDATE SET running = tenant_usage.running
-RETURNING tenant, running, tat;
+-- locks every stripe of each, in (tenant, stripe) order ('' first, then by name), the order every
+-- writer of them takes; returns each tenant's sum (tat is kept on stripe 0).
+WITH locked AS (
+    INSERT INTO tenant_usage (tenant, stripe, running)
+    SELECT t, s, 0
+    FROM jsonb_array_elements_text(CAST(:tenants AS jsonb)) AS t
+    CROSS JOIN generate_series(0, 15) AS s
+    ORDER BY t, s
+    ON CONFLICT (tenant, stripe) DO UPDATE SET running = tenant_usage.running
+    RETURNING tenant, running, tat)
+SELECT tenant, CAST(sum(running) AS bigint) AS running, max(tat) AS tat FROM locked
+GROUP BY tenant;
 
 -- name: tenant_usage_add
 -- One statement per transaction that starts or ends runs: :changes is a JSON array of
--- {tenant, running (the change), tat (NULL: unchanged)}, applied in tenant order ('' first),
--- the lock order of tenant_usage_lock.
-INSERT INTO tenant_usage (tenant, running, tat)
-SELECT c.tenant, c.running, c.tat
-FROM jsonb_to_recordset(CAST(:changes AS jsonb)) AS c(tenant text, running bigint, tat bigint)
-ORDER BY c.tenant
-ON CONFLICT (tenant) DO UPDATE SET
+-- {tenant, running (the change), tat (NULL: unchanged)}. The changes go to one stripe, chosen at
+-- random (stripe 0 when a tat is written: it lives there, and such a claim locked every stripe),
+-- applied in (tenant, stripe) order, the lock order of tenant_usage_lock.
+WITH pick AS MATERIALIZED (SELECT CAST(floor(random() * 16) AS smallint) AS stripe),
+changes AS (
+    SELECT c.tenant, c.running, c.tat
+    FROM jsonb_to_recordset(CAST(:changes AS jsonb)) AS c(tenant text, running bigint, tat bigint))
+INSERT INTO tenant_usage (tenant, stripe, running, tat)
+SELECT c.tenant,
+       CASE WHEN EXISTS (SELECT 1 FROM changes WHERE tat IS NOT NULL) THEN 0 ELSE pick.stripe END,
+       c.running, c.tat
+FROM changes AS c CROSS JOIN pick
+ORDER BY 1, 2
+ON CONFLICT (tenant, stripe) DO UPDATE SET
     running = tenant_usage.running + excluded.running,
     tat = coalesce(excluded.tat, tenant_usage.tat);
 
 -- name: tenant_usage_get
-SELECT running, tat FROM tenant_usage WHERE tenant = :tenant;
+SELECT CAST(sum(running) AS bigint) AS running, max(tat) AS tat FROM tenant_usage
+WHERE tenant = :tenant
+HAVING count(*) > 0;
 
 -- name: execution_hold_for_slot
 -- A run given a slot under its tenant's starts/s limit: the slot is its hand-over to the queue
@@ -681,7 +735,8 @@ WHERE i.inhparent = CAST(CAST(:parent AS text) AS regclass)
 LOCK TABLE {parent}_default IN ACCESS EXCLUSIVE MODE;
 
 -- name: partition_create
-CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+-- {storage}: attempts' partitions leave room for the attempt's one update (a HOT update).
+CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage};
 
 -- name: partition_fill
 -- The rows of that day that landed in the DEFAULT partition while the day had none.

@@ -32,7 +32,7 @@ CREATE INDEX jobs_tenant_id ON jobs (tenant, id);
 CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
 CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
 -- The reconciler's page of a shard's active cron jobs.
-CREATE INDEX jobs_shard_active ON jobs (shard, id) WHERE status = 'active';
+CREATE INDEX jobs_shard_active ON jobs (shard, id) WHERE status = 'active' AND schedule_kind = 'cron';
 
 -- The hot state: runs not final yet (scheduled, queued, running), inserted, claimed and deleted.
 -- A run that becomes final moves to execution_history in the transaction that ends it.
@@ -63,7 +63,6 @@ CREATE TABLE runs (
 CREATE INDEX runs_dispatch ON runs (shard, status, due_at) WHERE status IN ('scheduled', 'queued');
 -- The reaper's range read, and a worker's heartbeat.
 CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
-CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE status = 'running';
 
 -- Final runs (succeeded, failed, cancelled, skipped), written once, partitioned by fire time into
 -- one partition per UTC day (execution_history_pYYYYMMDD, created ahead by
@@ -118,7 +117,8 @@ CREATE TABLE attempts (
     error         TEXT,
     PRIMARY KEY (execution_id, scheduled_for, fencing_token)
 ) PARTITION BY RANGE (scheduled_for);
-CREATE TABLE attempts_default PARTITION OF attempts DEFAULT;
+-- fillfactor 70 (each day partition too): the attempt's one update, when it ends, can be HOT.
+CREATE TABLE attempts_default PARTITION OF attempts DEFAULT WITH (fillfactor = 70);
 
 CREATE TABLE dead_letters (
     execution_id  TEXT COLLATE "C" PRIMARY KEY,
@@ -216,8 +216,13 @@ CREATE TABLE tenant_limits (
     updated_at            BIGINT NOT NULL
 );
 
+-- Each tenant's counters are spread over stripes (0-15): a transaction that decides no limit
+-- adds its change to one stripe, so claims and finishes do not queue on one row; a claim under a
+-- limit locks every stripe of what it reads and sums them. tat lives on stripe 0.
 CREATE TABLE tenant_usage (
-    tenant  TEXT COLLATE "C" PRIMARY KEY,
+    tenant  TEXT COLLATE "C" NOT NULL,
     running BIGINT NOT NULL,
-    tat     BIGINT
+    tat     BIGINT,
+    stripe  SMALLINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, stripe)
 );
