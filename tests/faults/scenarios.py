@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.faults.clocks import PLAN_SECONDS, clock_faults, skew_plan, skewed_env
 from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, random_plan
 
@@ -84,6 +86,9 @@ class Scenario:
     """Bound on ``kill -TERM`` -> a run the victim held started elsewhere."""
     services: Callable[[FleetContext], dict[str, ServiceFault]] | None = None
     """The service faults the plan names, made once the fleet is up."""
+    process_env: Callable[[str, int, Path], dict[str, str]] | None = None
+    """(role, index among the role's processes, artifacts) -> that process's additions to the
+    fleet's env (S7: libfaketime for one scheduler and one worker)."""
 
 
 SCENARIOS = {
@@ -144,6 +149,16 @@ SCENARIOS = {
         plan=every("kill -TERM", (6.0, 10.0), limit=3),
         timings={"ONBEAT_SHUTDOWN_GRACE": SHUTDOWN_GRACE},
         t_release=SHUTDOWN_GRACE + 2,
+    ),
+    "S7": Scenario(
+        "S7",
+        "clock skew and jumps: one scheduler and one worker under libfaketime, their wall clock"
+        " +30 s, -30 s, +1 h, -1 h for 5 s each (monotonic clock real), after a +0 baseline",
+        Workload(batches=40, batch=50, pace=1.2, due_within=(1.0, 5.0), crons=100),
+        load_seconds=PLAN_SECONDS,
+        plan=skew_plan,
+        services=clock_faults,
+        process_env=skewed_env,
     ),
     "S11": Scenario(
         "S11",
