@@ -16,7 +16,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 from onbeat import validation
 from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
-from onbeat.clock import Clock, SystemClock
+from onbeat.clock import Clock, StoreClock
 from onbeat.errors import NotFoundError, OnbeatError, TaskNotFoundError, ValidationError
 from onbeat.limits import (
     MAX_IN_FLIGHT,
@@ -84,7 +84,10 @@ class App:
         if queue_url is not None:
             settings["queue_url"] = queue_url
         self.settings = Settings(**settings)
-        self.clock = clock or SystemClock()
+        self._injected_clock = clock
+        self.clock: Clock = clock or StoreClock(lambda: self.store.now())
+        """The injected clock, else the store's: a host whose wall clock is wrong must not fire
+        a run early or expire a lease (docs/architecture.md, "Clock")."""
         self.registry = TaskRegistry()
         self._store: Store | None = None
         self._store_lock = threading.Lock()
@@ -101,7 +104,7 @@ class App:
                 if store is None:
                     store = self._store = open_store(
                         self.settings.database_url,
-                        self.clock,
+                        self._injected_clock,
                         self.settings.shards,
                         migrate=self.settings.migrate,
                     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -35,3 +36,16 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+
+class StoreClock(SystemClock):
+    """The clock of an ``App`` given none: ``now()`` is the store's (PostgreSQL: the database
+    server's, see ``PostgresStore``), so the queue, the worker and the scheduler of every process
+    of a fleet agree on "now" with the store whatever their host's wall clock says; deadlines
+    and sleeps run on this host's monotonic clock."""
+
+    def __init__(self, store_now: Callable[[], datetime]) -> None:
+        self._store_now = store_now
+
+    def now(self) -> datetime:
+        return self._store_now()

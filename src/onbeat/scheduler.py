@@ -129,10 +129,11 @@ class Scheduler:
             self.metrics.shard_takeovers.inc(len(self.leases.acquired))
             log.info("%s took shards %s", self.owner, sorted(self.leases.acquired))
             # A shard's previous owner may have queued runs into a queue that has since lost them
-            # (an in-process queue dies with its process): check all of them now, before this
-            # scheduler's own dispatch queues more (which the check would only read again).
+            # (an in-process queue dies with its process): the sweep loop checks all of them at
+            # once. Not in this pass: renewing must not wait for a sweep of many shards, or the
+            # leases lapse meanwhile and are taken away, and the next takeover sweeps again.
             self._taken_over |= self.leases.acquired
-            await self._sweep_taken_over()
+            self._sweep_wake.set()
             self._wake.set()
 
     async def dispatch(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from tests.faults.clocks import CLOCK_FAULT, on_harness_clock, skew_metrics
 from tests.faults.nemesis import FaultEvent
 from tests.faults.oracle import RunRecord, SubmittedJob, _from_micros, judge
 
@@ -152,6 +153,9 @@ def check(
 ) -> Report:
     """Every metric of RELIABILITY.md the scenario measures, and the pass lines."""
     runs = read_runs(database_url)
+    skewed = any(e.fault.startswith(CLOCK_FAULT) for e in seen.timeline)
+    if skewed:  # a skewed worker's own wall clock is wrong: judge its lines on the harness's
+        on_harness_clock(seen.entries, seen.timeline)
     starts: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ends: dict[tuple[str, int], float] = {}
     harness = os.getpid()  # the runner started every product process, and checks in-process
@@ -307,6 +311,10 @@ def check(
         "early_starts": early == 0,
         "start_delay_p99": metrics["start_delay_p99"] <= thresholds.start_delay_p99,
     }
+    if skewed:
+        skew_found, skew_checks = skew_metrics(seen.entries, seen.timeline)
+        metrics |= skew_found
+        checks |= skew_checks
     if thresholds.t_detect is not None and detect:
         checks["t_detect_p99"] = metrics["t_detect_p99"] <= thresholds.t_detect
     if thresholds.t_release is not None and release:

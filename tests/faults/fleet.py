@@ -33,6 +33,8 @@ class Proc:
     process: subprocess.Popen[bytes]
     args: tuple[str, ...] = ()
     """The role's arguments, so a supervisor can start it again alike."""
+    env: dict[str, str] = field(default_factory=dict)
+    """This process's own additions to the fleet's ``env`` (kept for a restart alike)."""
 
     @property
     def pid(self) -> int:
@@ -49,7 +51,8 @@ class Fleet:
     role_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra flags per role (``{"scheduler": ("--log-level", "INFO")}``)."""
 
-    def start(self, role: str, *args: str) -> Proc:
+    def start(self, role: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        """``env``: this process's additions to the fleet's (S7's libfaketime)."""
         log = self.logs / f"{role}-{sum(p.role == role for p in self.procs)}.log"
         with log.open("ab") as out:
             process = subprocess.Popen(
@@ -63,11 +66,11 @@ class Fleet:
                     *self.role_flags.get(role, ()),
                 ],
                 cwd=REPO,
-                env=self.env,
+                env=self.env | (env or {}),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        proc = Proc(role, log, process, args)
+        proc = Proc(role, log, process, args, env or {})
         self.procs.append(proc)
         return proc
 
@@ -83,8 +86,8 @@ class Fleet:
         )
         assert done.returncode == 0, done.stderr
 
-    def worker(self) -> Proc:
-        return self.start("worker", "--app", APP)
+    def worker(self, env: dict[str, str] | None = None) -> Proc:
+        return self.start("worker", "--app", APP, env=env)
 
     def wait_up(self, proc: Proc, timeout: float = 60) -> None:
         wait_for_output(proc.process, proc.log, f"onbeat {proc.role}:", timeout)

@@ -51,6 +51,9 @@ class FaultEvent:
     """Runs the victim held when it was hit (store's ``running`` rows and the ledger's starts without an end)."""
     ended: float | None = None
     """Wall time the fault was undone (``kill -CONT``, lock released, server back); None: at once."""
+    shard_changes: int | None = None
+    """Shard lease takeovers (``shard_leases.epoch`` increments) from the fault until its
+    effects had settled (S7's clock faults); None: not measured."""
 
     @property
     def kills(self) -> bool:

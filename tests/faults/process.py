@@ -4,6 +4,7 @@ condition or a log line, reading a ledger file."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -12,6 +13,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.faults.ledger_app:app"
+FLEET_PYTHONPATH = f"{REPO / 'src'}{os.pathsep}{REPO}"
+"""The product's processes import onbeat and the ledger app from the checkout."""
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:

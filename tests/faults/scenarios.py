@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.faults.clocks import PLAN_SECONDS, clock_faults, skew_plan, skewed_env
 from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, mixed_plan, random_plan
 
@@ -93,6 +95,9 @@ class Scenario:
     """Bound on ``kill -TERM`` -> a run the victim held started elsewhere."""
     services: Callable[[FleetContext], dict[str, ServiceFault]] | None = None
     """The service faults the plan names, made once the fleet is up."""
+    process_env: Callable[[str, int, Path], dict[str, str]] | None = None
+    """(role, index among the role's processes, artifacts) -> that process's additions to the
+    fleet's env (S7: libfaketime for one scheduler and one worker)."""
 
 
 SCENARIOS = {
@@ -154,6 +159,16 @@ SCENARIOS = {
         timings={"ONBEAT_SHUTDOWN_GRACE": SHUTDOWN_GRACE},
         t_release=SHUTDOWN_GRACE + 2,
     ),
+    "S7": Scenario(
+        "S7",
+        "clock skew and jumps: one scheduler and one worker under libfaketime, their wall clock"
+        " +30 s, -30 s, +1 h, -1 h for 5 s each (monotonic clock real), after a +0 baseline",
+        Workload(batches=40, batch=50, pace=1.2, due_within=(1.0, 5.0), crons=100),
+        load_seconds=PLAN_SECONDS,
+        plan=skew_plan,
+        services=clock_faults,
+        process_env=skewed_env,
+    ),
     "S11": Scenario(
         "S11",
         "embedded SQLite node (onbeat up) kill -9 x5, restarted after 1 s",
@@ -177,7 +192,7 @@ SCENARIOS["N1"] = Scenario(
     schedulers=3,
 )
 PROFILES = {
-    "quick": ("S0", "S1", "S2", "S3", "S9", "S10", "S11"),
+    "quick": ("S0", "S1", "S2", "S3", "S7", "S9", "S10", "S11"),
     "nightly": ("N1",),
 }
 """``quick`` runs in CI (``tests/faults/test_scenarios.py``); ``nightly`` by hand. S9 and S10 are

@@ -66,7 +66,7 @@ class Supervisor:
                 died_at = self._died_at.setdefault(proc.pid, time.time())
                 if time.time() < died_at + self.restart_after or self._stop.is_set():
                     continue
-                new = self.fleet.start(proc.role, *proc.args)
+                new = self.fleet.start(proc.role, *proc.args, env=proc.env)
                 with self._lock:
                     self.slots[slot] = new
                 self.restarts.append(

@@ -9,7 +9,7 @@ from typing import Any
 
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.scheduler import Scheduler
-from onbeat.store.base import DispatchParams, Store
+from onbeat.store.base import Store
 from onbeat.testing import FakeClock
 from tests.integration.conftest import Node
 
@@ -70,8 +70,9 @@ async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_
     node.clock.advance(node.app.settings.shard_lease_ttl + 1)  # overdue by 13 s, less than 15
     heir_queue = MemoryDelayQueue(node.clock)
     heir = Scheduler(node.app.store, heir_queue, node.app.settings, node.clock)
-    await heir.renew_shards()  # the takeover checks the shards' queued runs before dispatching
+    await heir.renew_shards()  # the takeover wakes the sweep loop
     assert heir.leases.acquired == frozenset(range(4))
+    assert await heir.sweep() == 12  # every queued run of the shards taken, though not overdue
     assert heir.stats.swept == 12
     assert await heir_queue.size() == 12
     assert await heir.sweep() == 0
@@ -80,38 +81,59 @@ async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_
     )
 
 
-class StuckDispatch:
-    """The node's store, except that a dispatch pass hangs until ``release`` is set: a dispatch
-    pass that takes far longer than the shard lease (a huge backlog, a slow disk)."""
+class StuckStore:
+    """The node's store, except that a call of ``stuck`` hangs until ``release`` is set: a
+    dispatch or sweep pass that takes far longer than the shard lease (a huge backlog, a slow
+    disk, a busy box)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, store: Store, stuck: str) -> None:
+        self._store, self._stuck = store, stuck
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def execution_dispatch(self, params: DispatchParams) -> Any:
-        self.entered.set()
-        self.release.wait(SAFETY_TIMEOUT)
-        return self._store.execution_dispatch(params)
-
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        method = getattr(self._store, name)
+        if name != self._stuck:
+            return method
+
+        def hanging(*args: Any) -> Any:
+            self.entered.set()
+            self.release.wait(SAFETY_TIMEOUT)
+            return method(*args)
+
+        return hanging
 
 
 async def test_scheduler__shard_leases_are_renewed_while_a_dispatch_pass_hangs(
     node: Node, clock: FakeClock
 ) -> None:
+    await leases_renewed_while_stuck(node, clock, StuckStore(node.app.store, "execution_dispatch"))
+
+
+async def test_scheduler__shard_leases_are_renewed_while_the_sweep_after_a_takeover_hangs(
+    node: Node, clock: FakeClock
+) -> None:
+    """The sweep of the shards just taken ran inside the renew pass: a long one (1,024 shards'
+    queued runs on a busy box) let the leases lapse, the other scheduler took them, swept them
+    in its renew pass in turn, and so on (the fault suite's S7 saw the shards change hands every
+    few seconds). The renew loop only wakes the sweep loop now."""
+    await leases_renewed_while_stuck(node, clock, StuckStore(node.app.store, "execution_sweep"))
+
+
+async def leases_renewed_while_stuck(node: Node, clock: FakeClock, store: StuckStore) -> None:
+    """``store`` hangs in one method while three shard lease TTLs go by: the scheduler keeps
+    its shards (it took all four at start), and no other scheduler can take one."""
     settings = node.app.settings
-    store = StuckDispatch(node.app.store)
     scheduler = Scheduler(store, node.queue, settings, clock)
     stop = asyncio.Event()
     running = asyncio.create_task(scheduler.run(stop))
     try:
         assert await asyncio.to_thread(store.entered.wait, SAFETY_TIMEOUT)
+        await asyncio.wait_for(scheduler.started.wait(), SAFETY_TIMEOUT)  # the first renewal
         held = dict(scheduler.leases.epochs)
         assert sorted(held) == [0, 1, 2, 3]
-        # Three shard lease TTLs go by while the dispatch pass hangs. The renew, reap and sweep
-        # loops each sleep on the clock again after every pass.
+        # Three shard lease TTLs go by while the store hangs. The loops that do not wait for it
+        # (three of renew, dispatch, reap, sweep) each sleep on the clock again after every pass.
         for _ in range(round(3 * settings.shard_lease_ttl / settings.shard_renew_interval)):
             clock.advance(settings.shard_renew_interval)
             await asyncio.wait_for(clock.until_sleeping(3), SAFETY_TIMEOUT)

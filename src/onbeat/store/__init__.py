@@ -16,10 +16,11 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def open_store(
-    url: str, clock: Clock, shard_count: int = DEFAULT_SHARDS, *, migrate: bool = True
+    url: str, clock: Clock | None, shard_count: int = DEFAULT_SHARDS, *, migrate: bool = True
 ) -> Store:
     """Pick the backend from the URL scheme: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``
-    or ``postgresql://...``. Opening applies pending migrations; with ``migrate=False`` it
+    or ``postgresql://...``. ``clock``: a test's; None: the store's own (PostgreSQL: the server's
+    clock; SQLite: this host's). Opening applies pending migrations; with ``migrate=False`` it
     applies none and refuses a store that lacks any (StoreOpenError saying to run
     ``onbeat migrate``). Raises StoreOpenError, saying why in one line, if the store cannot be
     opened."""
@@ -47,7 +48,7 @@ def open_store(
     )
 
 
-def _open_postgres(url: str, clock: Clock, shard_count: int) -> Store:
+def _open_postgres(url: str, clock: Clock | None, shard_count: int) -> Store:
     """``PostgresStore``, imported only when asked for: ``import onbeat`` pulls no driver in.
     Whatever stops it from connecting becomes one StoreOpenError line."""
     try:

@@ -141,6 +141,7 @@ class PostgresStore(SQLStore):
         self._write_refused: str | None = None
         self._clock_lock = threading.Lock()
         self._server_anchor: tuple[float, datetime] | None = None
+        self._resyncing = False
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=1,
@@ -161,6 +162,8 @@ class PostgresStore(SQLStore):
             with self._tx() as c:
                 c.executemany(self._q["shard_init"], [{"shard": s} for s in range(shard_count)])
                 self.shard_count: int = c.execute(self._q["shard_count"]).fetchone()[0]
+            if clock is None:  # read at open: the first now() does not wait for the server
+                self._server_anchor = self._read_server_clock()
         except (psycopg.Error, PoolTimeout, StoreWriteRefusedError) as exc:
             self._pool.close()
             raise StoreOpenError(redact_url(url), _why(exc)) from exc
@@ -337,17 +340,42 @@ class PostgresStore(SQLStore):
         self._pool.close()
 
     def now(self) -> datetime:
+        """The injected clock's time, else the server's carried forward from the last read on
+        the monotonic clock. A read older than ``CLOCK_RESYNC`` is renewed in a thread of its
+        own: an event loop asking the time never waits for the server (nor for a server that
+        is down: the last reading goes on being carried forward)."""
         if self._clock is not None:
             return self._clock.now()
         with self._clock_lock:
             anchor = self._server_anchor
-            if anchor is None or time.monotonic() - anchor[0] > CLOCK_RESYNC:
-                with self._pool.connection() as conn:
-                    row = conn.execute("SELECT clock_timestamp()").fetchone()
-                assert row is not None
-                server: datetime = row[0]
-                anchor = self._server_anchor = (time.monotonic(), server.astimezone(UTC))
+            if anchor is None:
+                anchor = self._server_anchor = self._read_server_clock()
+            elif time.monotonic() - anchor[0] > CLOCK_RESYNC and not self._resyncing:
+                self._resyncing = True
+                threading.Thread(target=self._resync, name="onbeat-clock", daemon=True).start()
         return anchor[1] + timedelta(seconds=time.monotonic() - anchor[0])
+
+    def _read_server_clock(self) -> tuple[float, datetime]:
+        with self._read() as c:
+            row = c.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
+        server: datetime = row[0]
+        return time.monotonic(), server.astimezone(UTC)
+
+    def _resync(self) -> None:
+        try:
+            anchor = self._read_server_clock()
+        except Exception as exc:  # down or closing: carry the last reading on, try again later
+            log.debug("reading the server's clock failed: %s", exc)
+            with self._clock_lock:
+                assert self._server_anchor is not None  # set at open; resyncs renew it
+                mono, server = self._server_anchor
+                now = time.monotonic()
+                self._server_anchor = (now, server + timedelta(seconds=now - mono))
+                self._resyncing = False
+            return
+        with self._clock_lock:
+            self._server_anchor, self._resyncing = anchor, False
 
 
 DISPATCH_CHANNEL_SQL = "left('onbeat_dispatch_' || current_schema(), 63)"
