@@ -191,8 +191,9 @@ class PrivateRedis:
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> float:
-        """Start it and wait until it answers; returns the wall time it answered."""
+    def start(self, appendonly: bool = False) -> float:
+        """Start it and wait until it answers; returns the wall time it answered. ``appendonly``:
+        with an AOF (``appendfsync everysec``), reloaded from ``directory`` if there is one."""
         with (self.directory / "redis.log").open("ab") as out:
             self.process = subprocess.Popen(
                 [
@@ -200,7 +201,8 @@ class PrivateRedis:
                     "--port", str(self.port),
                     "--bind", "127.0.0.1",
                     "--save", "",
-                    "--appendonly", "no",
+                    "--appendonly", "yes" if appendonly else "no",
+                    "--appendfsync", "everysec",
                     "--dir", str(self.directory),
                 ],
                 stdout=out,
@@ -215,6 +217,11 @@ class PrivateRedis:
             raise AssertionError(f"redis-server exited ({self.process.returncode})")
         cli = ["redis-cli", "-p", str(self.port), "PING"]
         return subprocess.run(cli, capture_output=True, check=False).stdout.strip() == b"PONG"
+
+    def cli(self, *args: str) -> str:
+        """A ``redis-cli`` command's answer (the server may be paused: no timeout here)."""
+        cli = ["redis-cli", "-p", str(self.port), *args]
+        return subprocess.run(cli, capture_output=True, check=True, text=True).stdout.strip()
 
     def kill(self) -> float:
         assert self.process is not None

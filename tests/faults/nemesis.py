@@ -51,6 +51,8 @@ class FaultEvent:
     """Runs the victim held when it was hit (store's ``running`` rows and the ledger's starts without an end)."""
     ended: float | None = None
     """Wall time the fault was undone (``kill -CONT``, lock released, server back); None: at once."""
+    recovered: float | None = None
+    """Wall time the recovery a service fault measures completed (None: not measured, or never)."""
 
     @property
     def kills(self) -> bool:

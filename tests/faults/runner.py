@@ -6,21 +6,23 @@ the timeline stay in ``artifacts``."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
 
-from onbeat.testing.postgres import fresh_schema
+from onbeat.testing.postgres import TEST_SERVER, fresh_schema
 from tests.faults.checker import Observed, Report, Thresholds, check, query, read_ledgers
 from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
 from tests.faults.nemesis import FaultEvent, Nemesis, ServiceFault
+from tests.faults.postgres_cluster import PrivatePostgres, private_postgres
 from tests.faults.process import APP, REPO, wait_for_output, wait_until
 from tests.faults.scenarios import (
     CANCEL_PHASE,
@@ -45,6 +47,11 @@ class FleetContext:
     database_url: str
     api: str
     artifacts: Path
+    postgres: PrivatePostgres | None = None
+    """The scenario's own PostgreSQL cluster (``Scenario.private_postgres``), None: the shared one."""
+    reporters: list[Callable[[Report], None]] = field(default_factory=list)
+    """Called with the checker's report before it is written: a scenario's own metrics and
+    checks (and the end of what it measured meanwhile, such as an API probe)."""
 
 
 def free_redis_port() -> int:
@@ -65,6 +72,10 @@ def free_port() -> int:
 def run(name: str, seed: int, artifacts: Path) -> Report:
     scenario = SCENARIOS[name]
     artifacts.mkdir(parents=True, exist_ok=True)
+    # A run again into the same directory starts clean: logs, ledgers and the ack log append.
+    (artifacts / "acks.jsonl").unlink(missing_ok=True)
+    for sub in ("logs", "ledger", "redis"):
+        shutil.rmtree(artifacts / sub, ignore_errors=True)
     for sub in ("logs", "ledger"):
         (artifacts / sub).mkdir(exist_ok=True)
     env = {
@@ -77,7 +88,10 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
         return _run_embedded(scenario, seed, artifacts, env)
     timings = FLEET_TIMINGS | dict(scenario.timings)
     with ExitStack() as stack:
-        schema_url = stack.enter_context(fresh_schema())
+        postgres = None
+        if scenario.private_postgres:
+            postgres = stack.enter_context(private_postgres(artifacts / "logs"))
+        schema_url = stack.enter_context(fresh_schema(postgres.url if postgres else TEST_SERVER))
         redis = stack.enter_context(private_redis(artifacts / "redis", free_redis_port()))
         app_name = f"onbeat-faults-{uuid.uuid4().hex[:10]}"
         env |= {k: str(v) for k, v in timings.items()}
@@ -101,7 +115,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             supervisor.watch(proc)
         api = f"http://127.0.0.1:{port}/api/v1"
         _wait_tasks(api)
-        context = FleetContext(fleet, supervisor, redis, schema_url, api, artifacts)
+        context = FleetContext(fleet, supervisor, redis, schema_url, api, artifacts, postgres)
         services = scenario.services(context) if scenario.services else {}
         return _drive(
             scenario, seed, artifacts, api, schema_url, supervisor,
@@ -117,6 +131,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             {"timings": timings, "queue": "redis",
              "processes": f"1 api, {scenario.schedulers} schedulers, {scenario.workers} workers"},
             services,
+            reporters=context.reporters,
         )  # fmt: skip
     raise AssertionError("unreachable")
 
@@ -180,6 +195,7 @@ def _drive(
     config: dict[str, object],
     services: dict[str, ServiceFault] | None = None,
     submit_first: bool = False,
+    reporters: list[Callable[[Report], None]] | None = None,
 ) -> Report:
     """Load, faults, cancel, drain, check. ``submit_first``: all one-shots are submitted before
     the first fault (the embedded node's API dies with it)."""
@@ -231,6 +247,8 @@ def _drive(
         "restarts": len(supervisor.restarts),
         **config,
     }
+    for add in reporters or ():
+        add(report)
     report.write(artifacts)
     return report
 

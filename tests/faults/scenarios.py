@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, random_plan
+from tests.faults.redis_faults import redis_plan, redis_services
 
 if TYPE_CHECKING:
     from tests.faults.runner import FleetContext
@@ -84,6 +85,8 @@ class Scenario:
     """Bound on ``kill -TERM`` -> a run the victim held started elsewhere."""
     services: Callable[[FleetContext], dict[str, ServiceFault]] | None = None
     """The service faults the plan names, made once the fleet is up."""
+    private_postgres: bool = False
+    """Run the fleet on a PostgreSQL cluster of the scenario's own (its faults restart it)."""
 
 
 SCENARIOS = {
@@ -144,6 +147,15 @@ SCENARIOS = {
         plan=every("kill -TERM", (6.0, 10.0), limit=3),
         timings={"ONBEAT_SHUTDOWN_GRACE": SHUTDOWN_GRACE},
         t_release=SHUTDOWN_GRACE + 2,
+    ),
+    "S5": Scenario(
+        "S5",
+        "Redis faults, 10 s apart: kill -9 + restart with its AOF (everysec), SHUTDOWN NOSAVE +"
+        " restart empty, FLUSHALL, kill -STOP 10 s; an API probe of 10 GET /jobs/s",
+        Workload(batches=100, batch=55, pace=0.5, due_within=(1.0, 5.0), crons=20),
+        load_seconds=52,
+        plan=redis_plan,
+        services=redis_services,
     ),
     "S11": Scenario(
         "S11",
