@@ -121,6 +121,7 @@ class PostgresStore(SQLStore):
         StoreOpenError, naming the server, if the database cannot be reached or used."""
         self._url = url
         self._clock = clock
+        self._waits_extend_leases = clock is None
         self._write_refused: str | None = None
         self._clock_lock = threading.Lock()
         self._server_anchor: tuple[float, datetime] | None = None

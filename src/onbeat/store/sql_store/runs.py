@@ -147,6 +147,7 @@ class RunTransactions(LimitTransactions):
                     "owner": owner,
                     "lease_expires_at": now_us + int(lease_ttl * 1_000_000),
                     "now": now_us,
+                    "waited": self._waits_extend_leases,
                 },
             ).fetchall()
             c.executemany(
@@ -217,7 +218,12 @@ class RunTransactions(LimitTransactions):
         with self._tx() as c:
             rows = c.execute(
                 self._q["execution_heartbeat"],
-                {"owner": owner, "held": json.dumps(dict(held)), "lease_expires_at": lease_until},
+                {
+                    "owner": owner,
+                    "held": json.dumps(dict(held)),
+                    "lease_expires_at": lease_until,
+                    "waited": self._waits_extend_leases,
+                },
             )
             return {r["id"]: r["fencing_token"] for r in rows}
 

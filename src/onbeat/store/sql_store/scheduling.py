@@ -232,7 +232,7 @@ class SchedulingTransactions(LimitTransactions):
         return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
 
     @retried
-    def execution_reap(self, limit: int) -> list[Execution]:
+    def execution_reap(self, limit: int, restart_grace: float = 0.0) -> list[Execution]:
         """Read the expired leases without a write transaction (most passes find none, and every
         scheduler of every process reaps every second), decide each run in Python, then apply the
         decisions with one conditional UPDATE and log the lost attempts (and dead letters) of
@@ -242,7 +242,8 @@ class SchedulingTransactions(LimitTransactions):
             expired = {
                 r["id"]: r
                 for r in c.execute(
-                    self._q["execution_expired_leases"], {"now": now_us, "limit": limit}
+                    self._q["execution_expired_leases"],
+                    {"now": now_us, "limit": limit, "restart_grace": restart_grace},
                 )
             }
         if not expired:

@@ -177,10 +177,14 @@ ORDER BY e.due_at, e.id
 LIMIT :limit;
 
 -- name: execution_expired_leases
+-- None within :restart_grace seconds of the server's start: no holder could renew while it was
+-- down (server time only, so an injected clock does not matter).
 SELECT e.id, e.job_id, e.attempt, e.fencing_token,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
+  AND clock_timestamp() - pg_postmaster_start_time()
+      >= make_interval(secs => CAST(:restart_grace AS double precision))
 ORDER BY e.lease_expires_at
 LIMIT :limit;
 
@@ -237,9 +241,13 @@ WHERE job_id IN (SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb)))
 GROUP BY job_id;
 
 -- name: execution_start_many
+-- :waited: the lease runs from the commit, not from when the claim began (see the heartbeat).
 UPDATE runs
 SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
-    lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
+    lease_owner = :owner, started_at = :now, reason = NULL,
+    lease_expires_at = :lease_expires_at + CASE WHEN CAST(:waited AS boolean)
+        THEN (extract(epoch FROM clock_timestamp() - transaction_timestamp()) * 1000000)::bigint
+        ELSE 0 END
 WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'queued'
 RETURNING *;
 
@@ -273,7 +281,13 @@ RETURNING id, scheduled_for, fencing_token - 1 AS fencing_token;
 
 -- name: execution_heartbeat
 -- Only the (id, fencing token) pairs the worker runs; :held is a JSON object {id: token}.
-UPDATE runs AS e SET lease_expires_at = :lease_expires_at
+-- :waited: the renewal is pushed back by the time this transaction spent in the server, so a
+-- heartbeat that waited for a lock (LOCK TABLE, a long migration) renews from when it commits,
+-- not to a time already past: a holder merely blocked keeps its lease.
+UPDATE runs AS e
+SET lease_expires_at = :lease_expires_at + CASE WHEN CAST(:waited AS boolean)
+    THEN (extract(epoch FROM clock_timestamp() - transaction_timestamp()) * 1000000)::bigint
+    ELSE 0 END
 FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)
 WHERE e.id = h.id AND e.fencing_token = CAST(h.token AS bigint)
   AND e.lease_owner = :owner AND e.status = 'running'
