@@ -30,6 +30,9 @@ class ProbeAnswer:
     """None: the connection failed or timed out."""
     retry_after: bool
     body: dict[str, Any] | None = None
+    error: str | None = None
+    """Why there is no status (a timeout, a refused or reset connection)."""
+    sent: float = 0.0
 
 
 Request = Callable[[int], tuple[str, str, dict[str, Any] | None]]
@@ -46,6 +49,8 @@ class ApiProbe:
     request: Request
     rate: float = 10.0
     key_prefix: str | None = None
+    on_ack: Callable[[dict[str, Any]], None] | None = None
+    """Called with each 2xx answer's body of a keyed request as it arrives (an ack log)."""
     answers: list[ProbeAnswer] = field(default_factory=list)
     acked: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Keyed requests answered 2xx: index -> the answer's body."""
@@ -60,9 +65,10 @@ class ApiProbe:
         self._thread.start()
 
     def stop(self) -> None:
-        """Send no new request; wait for the retries under way."""
+        """Send no new request; wait for the retries under way (once; again: nothing)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _main(self) -> None:
         asyncio.run(self._run())
@@ -87,6 +93,7 @@ class ApiProbe:
         headers = {"Idempotency-Key": f"{self.key_prefix}{index}"} if keyed else {}
         deadline = time.monotonic() + GIVE_UP
         while True:
+            sent = time.time()
             try:
                 response = await client.request(method, path, json=body, headers=headers)
                 status: int | None = response.status_code
@@ -96,16 +103,20 @@ class ApiProbe:
                     status,
                     "retry-after" in response.headers,
                     response.json() if response.is_success else None,
+                    sent=sent,
                 )
-            except httpx.TransportError:
+            except httpx.TransportError as error:
                 status = None
-                answer = ProbeAnswer(index, time.time(), None, False)
+                why = f"{type(error).__name__}: {error}"
+                answer = ProbeAnswer(index, time.time(), None, False, error=why, sent=sent)
             self.answers.append(answer)
             if not keyed:
                 return
             if status is not None and status < 500:
                 if answer.body is not None:
                     self.acked[index] = answer.body
+                    if self.on_ack is not None:
+                        self.on_ack(answer.body)
                 return
             if time.monotonic() > deadline:
                 self.failed.append(index)
@@ -134,6 +145,14 @@ class ApiProbe:
             "probe_4xx": sum(a.status is not None and 400 <= a.status < 500 for a in self.answers),
             "probe_cut": sum(a.status is None for a in self.answers),
         }
+
+    def cuts(self, limit: int = 10) -> list[str]:
+        """The first cut requests: when sent, how long until cut, why."""
+        return [
+            f"{a.sent:.3f} +{a.wall - a.sent:.2f}s {a.error}"
+            for a in self.answers
+            if a.status is None
+        ][:limit]
 
     def first_ok_after(self, wall: float) -> float | None:
         """When the first 2xx answer at or after ``wall`` arrived."""

@@ -37,7 +37,7 @@ class PrivatePostgres:
         shutil.chown(self.directory, OWNER, OWNER)
         self.data = self.directory / "data"
         self.log = self.directory / "server.log"
-        self.url = f"postgresql://{OWNER}@127.0.0.1:{self.port}/postgres"
+        self.url = f"postgresql://{OWNER}@127.0.0.1:{self.port}/postgres?connect_timeout=5"
 
     def _as_owner(self, tool: str, *args: str, timeout: float = 120) -> None:
         done = subprocess.run(

@@ -94,6 +94,7 @@ class RedisFaults:
 
         wait_until(aof_written, 30, "Redis's first AOF rewrite")
         self.probe.start()
+        self.context.at_load_end.append(self.probe.stop)
         self.context.reporters.append(self.report)
         return {
             RESTART_AOF: self._restart_aof,
@@ -201,9 +202,9 @@ class RedisFaults:
     # -- S5's metrics ----------------------------------------------------------------------------
 
     def report(self, report: Report) -> None:
-        self.probe.stop()
         windows = [(e.wall, e.recovered or e.ended or e.wall) for e in self.events]
         report.metrics |= self.probe.metrics(windows)
+        report.config["probe_cuts"] = self.probe.cuts()
         report.checks["probe_5xx_other"] = report.metrics["probe_5xx_other"] == 0
         report.checks["probe_cut"] = report.metrics["probe_cut"] == 0
         bound = self.sweep_interval + 1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from onbeat.testing.postgres import TEST_SERVER, fresh_schema
+from onbeat.testing.postgres import fresh_schema
 from tests.faults.checker import Observed, Report, Thresholds, check, query, read_ledgers
 from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
@@ -49,6 +49,8 @@ class FleetContext:
     artifacts: Path
     postgres: PrivatePostgres | None = None
     """The scenario's own PostgreSQL cluster (``Scenario.private_postgres``), None: the shared one."""
+    at_load_end: list[Callable[[], None]] = field(default_factory=list)
+    """Called when the load and the faults end, before the drain (a probe stops there)."""
     reporters: list[Callable[[Report], None]] = field(default_factory=list)
     """Called with the checker's report before it is written: a scenario's own metrics and
     checks (and the end of what it measured meanwhile, such as an API probe)."""
@@ -89,9 +91,11 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
     timings = FLEET_TIMINGS | dict(scenario.timings)
     with ExitStack() as stack:
         postgres = None
-        if scenario.private_postgres:
+        if scenario.private_postgres:  # a cluster of its own, synchronous_commit on (a crash)
             postgres = stack.enter_context(private_postgres(artifacts / "logs"))
-        schema_url = stack.enter_context(fresh_schema(postgres.url if postgres else TEST_SERVER))
+            schema_url = postgres.url
+        else:
+            schema_url = stack.enter_context(fresh_schema())
         redis = stack.enter_context(private_redis(artifacts / "redis", free_redis_port()))
         app_name = f"onbeat-faults-{uuid.uuid4().hex[:10]}"
         env |= {k: str(v) for k, v in timings.items()}
@@ -131,6 +135,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             {"timings": timings, "queue": "redis",
              "processes": f"1 api, {scenario.schedulers} schedulers, {scenario.workers} workers"},
             services,
+            at_load_end=context.at_load_end,
             reporters=context.reporters,
         )  # fmt: skip
     raise AssertionError("unreachable")
@@ -195,6 +200,7 @@ def _drive(
     config: dict[str, object],
     services: dict[str, ServiceFault] | None = None,
     submit_first: bool = False,
+    at_load_end: list[Callable[[], None]] | None = None,
     reporters: list[Callable[[Report], None]] | None = None,
 ) -> Report:
     """Load, faults, cancel, drain, check. ``submit_first``: all one-shots are submitted before
@@ -220,6 +226,8 @@ def _drive(
     time.sleep(max(0.0, began + scenario.load_seconds - time.monotonic()))
     nemesis.stop()
     nemesis.write(artifacts / "timeline.json")
+    for end in at_load_end or ():
+        end()
     # Every restart of the last kill is done before the cancels go to the API.
     wait_until(lambda: all(p.process.poll() is None for p in supervisor.slots), 30, "restarts")
     wait_until(lambda: _answers(api), 30, "the API after the last restart")

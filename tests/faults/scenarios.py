@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, random_plan
+from tests.faults.postgres_faults import postgres_plan, postgres_services
 from tests.faults.redis_faults import redis_plan, redis_services
 
 if TYPE_CHECKING:
@@ -156,6 +157,17 @@ SCENARIOS = {
         load_seconds=52,
         plan=redis_plan,
         services=redis_services,
+    ),
+    "S6": Scenario(
+        "S6",
+        "PostgreSQL faults on a cluster of its own, 9 s apart: pg_ctl restart -m fast, stop -m"
+        " immediate + start, pg_terminate_backend on the fleet's sessions, LOCK TABLE runs for"
+        " TTL + 1 s; an API probe of 10 keyed creates/s",
+        Workload(batches=90, batch=50, pace=0.5, due_within=(1.0, 5.0), crons=20),
+        load_seconds=45,
+        plan=postgres_plan(lock_for=LEASE_TTL + 1),
+        services=postgres_services,
+        private_postgres=True,
     ),
     "S11": Scenario(
         "S11",
