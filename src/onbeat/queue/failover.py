@@ -57,8 +57,10 @@ PER_ITEM_TIMEOUT = 50e-6
 """Seconds per id added to ``PRIMARY_TIMEOUT``: 5,000 ids (the dispatch batch) get 1.25 s."""
 PRIMARY_RETRY = 1.0
 """Seconds (clock) between attempts on a primary that failed."""
-PROBE_INTERVAL = 1.0
-"""Seconds (clock) without a primary call after which a watched queue pings the primary."""
+PROBE_INTERVAL = 0.5
+"""Seconds (clock) between a watched queue's probes of its primary: an idle primary is pinged,
+one that can tell is asked whether it lost its data (a pipeline of three cheap commands). Half a
+second keeps a flushed Redis refilled within the sweep interval + 1 s (issue 8) on a busy box."""
 UNHEARD_POLL = 0.5
 """Seconds (clock) between looks at the fallback while its enqueues cannot be followed."""
 FALLBACK_RECHECK = 30.0

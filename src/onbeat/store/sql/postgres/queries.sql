@@ -176,6 +176,19 @@ WHERE e.shard = :shard AND e.status = 'queued' AND e.due_at < :before
 ORDER BY e.due_at, e.id
 LIMIT :limit;
 
+-- name: execution_sweep_shards
+-- execution_sweep over many shards in one statement: an index scan of runs_dispatch over the
+-- shard array yields the runs in (shard, due_at) order, so the LIMIT ends it at the page's last
+-- row instead of one round trip per shard (1,024 shards took 0.6-2.6 s per pass on a busy box).
+SELECT e.id, e.shard, e.due_at, j.priority
+FROM runs e JOIN jobs j ON j.id = e.job_id
+WHERE e.shard = ANY(ARRAY(SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int)))
+  AND e.status = 'queued' AND e.due_at < :before
+  AND (e.shard, e.due_at, e.id)
+      > (CAST(:after_shard AS int), CAST(:after_due_at AS bigint), CAST(:after_id AS text))
+ORDER BY e.shard, e.due_at, e.id
+LIMIT :limit;
+
 -- name: execution_expired_leases
 -- None within :restart_grace seconds of the server's start: no holder could renew while it was
 -- down (server time only, so an injected clock does not matter).
