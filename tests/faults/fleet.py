@@ -212,11 +212,21 @@ class PrivateRedis:
         return time.time()
 
     def _answers(self) -> bool:
+        """Whether *this* server answers: after a restart, another test's redis-server may have
+        taken the port while ours was down (ours then exits: address in use)."""
         assert self.process is not None
         if self.process.poll() is not None:
             raise AssertionError(f"redis-server exited ({self.process.returncode})")
-        cli = ["redis-cli", "-p", str(self.port), "PING"]
-        return subprocess.run(cli, capture_output=True, check=False).stdout.strip() == b"PONG"
+        cli = ["redis-cli", "-p", str(self.port), "INFO", "server"]
+        info = subprocess.run(cli, capture_output=True, check=False, text=True).stdout
+        pids = [line.split(":")[1] for line in info.splitlines() if line.startswith("process_id:")]
+        if not pids:
+            return False
+        if pids[0].strip() != str(self.process.pid):
+            raise AssertionError(
+                f"port {self.port} is another redis-server's (it took it meanwhile)"
+            )
+        return True
 
     def cli(self, *args: str) -> str:
         """A ``redis-cli`` command's answer (the server may be paused: no timeout here)."""
@@ -239,8 +249,8 @@ class PrivateRedis:
 @contextlib.contextmanager
 def private_redis(directory: Path, port: int | None = None) -> Iterator[PrivateRedis]:
     server = PrivateRedis(directory, port)
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.stop()

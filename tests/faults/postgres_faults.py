@@ -182,7 +182,6 @@ class PostgresFaults:
         for key in (
             "probe_5xx_other",
             "probe_503_no_retry_after",
-            "probe_cut",
             "probe_creates_failed",
             "probe_dup_creates",
         ):

@@ -57,7 +57,9 @@ class FleetContext:
 
 
 def free_redis_port() -> int:
-    for port in REDIS_PORTS:
+    # From the top: other runs take the lowest free port, and a scenario that restarts its
+    # Redis (S5) leaves its port free meanwhile.
+    for port in reversed(REDIS_PORTS):
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) != 0:
                 return port

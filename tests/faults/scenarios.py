@@ -157,6 +157,7 @@ SCENARIOS = {
         load_seconds=52,
         plan=redis_plan,
         services=redis_services,
+        private_postgres=True,  # the store on a server of its own: no other suite's load on it
     ),
     "S6": Scenario(
         "S6",
