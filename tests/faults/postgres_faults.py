@@ -14,8 +14,8 @@ What is measured besides the checker's metrics (pass lines: ``acked_missing``, `
 
 - **an API probe**: a create (``POST /jobs``, a once job of ``work``) ten times a second with an
   ``Idempotency-Key`` per create, sent again with the same key on a 503 or a cut connection.
-  Pass: every answer during the faults is a 2xx or a 503 carrying ``Retry-After`` (never another
-  5xx, never a hang past the client's timeout); one job per key (``probe_dup_creates`` = 0; each
+  Pass: every answer is a 2xx or a 503 carrying ``Retry-After``, never another 5xx (cut
+  connections are reported, ``probe_cut``, and retried); no create given up; one job per key (``probe_dup_creates`` = 0; each
   create's ``at`` is unique to its key, so jobs are told apart by it). Its acknowledged creates
   go to the load's ack log, so the checker proves each stored and its run done.
 - **reconnection time** per fault: from its end (the server answering again, the lock released)
@@ -25,6 +25,7 @@ What is measured besides the checker's metrics (pass lines: ``acked_missing``, `
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -52,7 +53,7 @@ PROBE_DUE_AFTER = 1.0
 """A probe job is due this long after its slot (its index / rate)."""
 
 
-def postgres_plan(lock_for: float) -> Any:
+def postgres_plan(lock_for: float) -> Callable[[int, list[int], float], list[PlannedFault]]:
     """(a)-(d), 9 s apart from 6 s into the load; the lock held ``lock_for`` seconds."""
 
     def plan(_seed: int, _slots: list[int], duration: float) -> list[PlannedFault]:
