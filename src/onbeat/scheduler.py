@@ -213,17 +213,24 @@ class Scheduler:
         again within their lease TTL + ``reap_interval`` (+ retry backoff) of their worker's
         death, without waiting for a takeover of their shard. Returns how many were reaped.
 
-        Nothing is reaped within a lease TTL of a pass finding the store unavailable: while this
-        scheduler could not reach it, the workers most likely could not either, and a lease that
-        ran out then belongs to a holder that could not renew it, not to a dead one (the store
-        also holds off for a lease TTL after its server starts, for an outage no pass saw)."""
+        Nothing is reaped within a lease TTL of a pass finding the store unavailable, or of a
+        reap pass the store kept waiting for half a lease TTL or more: while this scheduler could
+        not get through, the workers most likely could not either, and a lease that ran out then
+        belongs to a holder that could not renew it, not to a dead one (the store also holds off
+        for a lease TTL after its server starts, for an outage no pass saw)."""
         if self.clock.monotonic() - self._store_failed_at < self.settings.lease_ttl:
             return 0
         total = 0
         while True:
+            began = self.clock.monotonic()
             reaped = await asyncio.to_thread(
                 self.store.execution_reap, REAP_BATCH, self.settings.lease_ttl
             )
+            if self.clock.monotonic() - began >= self.settings.lease_ttl / 2:
+                # The store kept this pass waiting (a table lock, a stalled server): the holders'
+                # heartbeats waited alike, and what it reaped may have been theirs. Nothing more
+                # until they have had a lease TTL to get through.
+                self._store_failed_at = self.clock.monotonic()
             again = [
                 QueueItem(e.id, e.due_at, e.priority, e.shard)
                 for e in reaped

@@ -149,3 +149,32 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_the_store_coming_back(
     assert await node.scheduler.reap() == 0
     node.clock.advance(1)
     assert await node.scheduler.reap() == 3  # nobody renewed: the holder is dead after all
+
+
+async def test_rescue__no_reap_within_a_lease_ttl_of_a_reap_the_store_kept_waiting(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (fault suite S6, ``LOCK TABLE runs`` held past the lease TTL): the holders'
+    heartbeats waited behind the lock like the reaper did; the reaper's next pass, right after
+    the lock was released, took their runs before the queued heartbeats committed."""
+    settings = node.app.settings
+    node.app.schedule("record", {"n": 1})
+    await node.dispatch()
+    ids = await node.queue.claim_due(100)
+    holder = node.new_worker()
+    started = node.app.store.execution_claim(
+        ids, holder.owner, settings.lease_ttl, settings.misfire_grace
+    ).started
+    assert len(started) == 1
+    reap = node.app.store.execution_reap
+
+    def blocked(limit: int, restart_grace: float = 0.0) -> list[Execution]:
+        node.clock.advance(settings.lease_ttl + 1)  # waited on a lock past the lease
+        return []
+
+    monkeypatch.setattr(node.app.store, "execution_reap", blocked)
+    assert await node.scheduler.reap() == 0
+    monkeypatch.setattr(node.app.store, "execution_reap", reap)
+    assert await node.scheduler.reap() == 0  # the holder's heartbeat may be right behind
+    node.clock.advance(settings.lease_ttl)
+    assert await node.scheduler.reap() == 1  # nobody renewed it in a lease TTL

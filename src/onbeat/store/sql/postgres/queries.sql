@@ -259,7 +259,7 @@ UPDATE runs
 SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
     lease_owner = :owner, started_at = :now, reason = NULL,
     lease_expires_at = :lease_expires_at + CASE WHEN CAST(:waited AS boolean)
-        THEN (extract(epoch FROM clock_timestamp() - transaction_timestamp()) * 1000000)::bigint
+        THEN greatest(0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - :now)
         ELSE 0 END
 WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status = 'queued'
 RETURNING *;
@@ -294,12 +294,13 @@ RETURNING id, scheduled_for, fencing_token - 1 AS fencing_token;
 
 -- name: execution_heartbeat
 -- Only the (id, fencing token) pairs the worker runs; :held is a JSON object {id: token}.
--- :waited: the renewal is pushed back by the time this transaction spent in the server, so a
--- heartbeat that waited for a lock (LOCK TABLE, a long migration) renews from when it commits,
--- not to a time already past: a holder merely blocked keeps its lease.
+-- :waited: the renewal is pushed back by the server time that passed since :now (the store's
+-- server-clock reading when the heartbeat was made), so a heartbeat that waited for a pooled
+-- connection or a lock (LOCK TABLE, a long migration) renews from when it commits, not to a
+-- time already past: a holder merely blocked keeps its lease.
 UPDATE runs AS e
 SET lease_expires_at = :lease_expires_at + CASE WHEN CAST(:waited AS boolean)
-    THEN (extract(epoch FROM clock_timestamp() - transaction_timestamp()) * 1000000)::bigint
+    THEN greatest(0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - :now)
     ELSE 0 END
 FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)
 WHERE e.id = h.id AND e.fencing_token = CAST(h.token AS bigint)
