@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from onbeat.alerts import AlertSender
 from onbeat.clock import Clock
+from onbeat.errors import StoreUnavailableError
 from onbeat.metrics import Metrics
 from onbeat.model import ExecutionStatus
 from onbeat.queue.base import DelayQueue, QueueItem
@@ -92,6 +94,8 @@ class Scheduler:
         """Where the periodic sweep goes on from (None: from the start)."""
         self._backlog_priorities: set[int] = set()
         """Priorities the queue-depth gauge has reported (so one that empties reads 0)."""
+        self._store_failed_at = -math.inf
+        """When (monotonic) a pass last found the store unavailable: see ``reap``."""
         self._taken_over: set[int] = set()
         """Shards taken over whose queued runs have not all been checked against the queue yet."""
         self.started = asyncio.Event()
@@ -208,10 +212,26 @@ class Scheduler:
     async def reap(self) -> int:
         """Take back runs whose lease expired, in every shard, and queue them here again: they run
         again within their lease TTL + ``reap_interval`` (+ retry backoff) of their worker's
-        death, without waiting for a takeover of their shard. Returns how many were reaped."""
+        death, without waiting for a takeover of their shard. Returns how many were reaped.
+
+        Nothing is reaped within a lease TTL of a pass finding the store unavailable, or of a
+        reap pass the store kept waiting for half a lease TTL or more: while this scheduler could
+        not get through, the workers most likely could not either, and a lease that ran out then
+        belongs to a holder that could not renew it, not to a dead one (the store also holds off
+        for a lease TTL after its server starts, for an outage no pass saw)."""
+        if self.clock.monotonic() - self._store_failed_at < self.settings.lease_ttl:
+            return 0
         total = 0
         while True:
-            reaped = await asyncio.to_thread(self.store.execution_reap, REAP_BATCH)
+            began = self.clock.monotonic()
+            reaped = await asyncio.to_thread(
+                self.store.execution_reap, REAP_BATCH, self.settings.lease_ttl
+            )
+            if self.clock.monotonic() - began >= self.settings.lease_ttl / 2:
+                # The store kept this pass waiting (a table lock, a stalled server): the holders'
+                # heartbeats waited alike, and what it reaped may have been theirs. Nothing more
+                # until they have had a lease TTL to get through.
+                self._store_failed_at = self.clock.monotonic()
             again = [
                 QueueItem(e.id, e.due_at, e.priority, e.shard)
                 for e in reaped
@@ -344,6 +364,8 @@ class Scheduler:
                 await work()
             except Exception as exc:
                 # Nothing is lost, only delayed: keep trying.
+                if isinstance(exc, StoreUnavailableError):
+                    self._store_failed_at = self.clock.monotonic()
                 self.stats.errors += 1
                 failures += 1
                 if failures == 1:

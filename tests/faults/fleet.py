@@ -194,8 +194,9 @@ class PrivateRedis:
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> float:
-        """Start it and wait until it answers; returns the wall time it answered."""
+    def start(self, appendonly: bool = False) -> float:
+        """Start it and wait until it answers; returns the wall time it answered. ``appendonly``:
+        with an AOF (``appendfsync everysec``), reloaded from ``directory`` if there is one."""
         with (self.directory / "redis.log").open("ab") as out:
             self.process = subprocess.Popen(
                 [
@@ -203,7 +204,8 @@ class PrivateRedis:
                     "--port", str(self.port),
                     "--bind", "127.0.0.1",
                     "--save", "",
-                    "--appendonly", "no",
+                    "--appendonly", "yes" if appendonly else "no",
+                    "--appendfsync", "everysec",
                     "--dir", str(self.directory),
                 ],
                 stdout=out,
@@ -213,11 +215,26 @@ class PrivateRedis:
         return time.time()
 
     def _answers(self) -> bool:
+        """Whether *this* server answers: after a restart, another test's redis-server may have
+        taken the port while ours was down (ours then exits: address in use)."""
         assert self.process is not None
         if self.process.poll() is not None:
             raise AssertionError(f"redis-server exited ({self.process.returncode})")
-        cli = ["redis-cli", "-p", str(self.port), "PING"]
-        return subprocess.run(cli, capture_output=True, check=False).stdout.strip() == b"PONG"
+        cli = ["redis-cli", "-p", str(self.port), "INFO", "server"]
+        info = subprocess.run(cli, capture_output=True, check=False, text=True).stdout
+        pids = [line.split(":")[1] for line in info.splitlines() if line.startswith("process_id:")]
+        if not pids:
+            return False
+        if pids[0].strip() != str(self.process.pid):
+            raise AssertionError(
+                f"port {self.port} is another redis-server's (it took it meanwhile)"
+            )
+        return True
+
+    def cli(self, *args: str) -> str:
+        """A ``redis-cli`` command's answer (the server may be paused: no timeout here)."""
+        cli = ["redis-cli", "-p", str(self.port), *args]
+        return subprocess.run(cli, capture_output=True, check=True, text=True).stdout.strip()
 
     def kill(self) -> float:
         assert self.process is not None
@@ -235,8 +252,8 @@ class PrivateRedis:
 @contextlib.contextmanager
 def private_redis(directory: Path, port: int | None = None) -> Iterator[PrivateRedis]:
     server = PrivateRedis(directory, port)
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.stop()

@@ -54,6 +54,8 @@ class FaultEvent:
     shard_changes: int | None = None
     """Shard lease takeovers (``shard_leases.epoch`` increments) from the fault until its
     effects had settled (S7's clock faults); None: not measured."""
+    recovered: float | None = None
+    """Wall time the recovery a service fault measures completed (None: not measured, or never)."""
 
     @property
     def kills(self) -> bool:

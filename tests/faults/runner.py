@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -24,6 +24,7 @@ from tests.faults.checker import Observed, Report, Thresholds, check, query, rea
 from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
 from tests.faults.nemesis import FaultEvent, Nemesis, ServiceFault
+from tests.faults.postgres_cluster import PrivatePostgres, private_postgres
 from tests.faults.process import APP, FLEET_PYTHONPATH, wait_for_output, wait_until
 from tests.faults.scenarios import (
     CANCEL_PHASE,
@@ -48,10 +49,19 @@ class FleetContext:
     database_url: str
     api: str
     artifacts: Path
+    postgres: PrivatePostgres | None = None
+    """The scenario's own PostgreSQL cluster (``Scenario.private_postgres``), None: the shared one."""
+    at_load_end: list[Callable[[], None]] = field(default_factory=list)
+    """Called when the load and the faults end, before the drain (a probe stops there)."""
+    reporters: list[Callable[[Report], None]] = field(default_factory=list)
+    """Called with the checker's report before it is written: a scenario's own metrics and
+    checks (and the end of what it measured meanwhile, such as an API probe)."""
 
 
 def free_redis_port() -> int:
-    for port in REDIS_PORTS:
+    # From the top: other runs take the lowest free port, and a scenario that restarts its
+    # Redis (S5) leaves its port free meanwhile.
+    for port in reversed(REDIS_PORTS):
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) != 0:
                 return port
@@ -74,8 +84,9 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
         return OWN_RUNNERS[name](seed, artifacts)
     scenario = SCENARIOS[name]
     artifacts.mkdir(parents=True, exist_ok=True)
-    # A run again in the same directory must not read the last one's logs, ledgers and acks.
+    # A run again into the same directory starts clean: logs, ledgers and the ack log append.
     (artifacts / "acks.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(artifacts / "redis", ignore_errors=True)
     for sub in ("logs", "ledger"):
         shutil.rmtree(artifacts / sub, ignore_errors=True)
         (artifacts / sub).mkdir()
@@ -89,7 +100,12 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
         return _run_embedded(scenario, seed, artifacts, env)
     timings = FLEET_TIMINGS | dict(scenario.timings)
     with ExitStack() as stack:
-        schema_url = stack.enter_context(fresh_schema())
+        postgres = None
+        if scenario.private_postgres:  # a cluster of its own, synchronous_commit on (a crash)
+            postgres = stack.enter_context(private_postgres(artifacts / "logs"))
+            schema_url = postgres.url
+        else:
+            schema_url = stack.enter_context(fresh_schema())
         redis = stack.enter_context(private_redis(artifacts / "redis", free_redis_port()))
         app_name = f"onbeat-faults-{uuid.uuid4().hex[:10]}"
         env |= {k: str(v) for k, v in timings.items()}
@@ -117,7 +133,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             supervisor.watch(proc)
         api = f"http://127.0.0.1:{port}/api/v1"
         _wait_tasks(api)
-        context = FleetContext(fleet, supervisor, redis, schema_url, api, artifacts)
+        context = FleetContext(fleet, supervisor, redis, schema_url, api, artifacts, postgres)
         services = scenario.services(context) if scenario.services else {}
         return _drive(
             scenario, seed, artifacts, api, schema_url, supervisor,
@@ -133,6 +149,8 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             {"timings": timings, "queue": "redis",
              "processes": f"1 api, {scenario.schedulers} schedulers, {scenario.workers} workers"},
             services,
+            at_load_end=context.at_load_end,
+            reporters=context.reporters,
         )  # fmt: skip
     raise AssertionError("unreachable")
 
@@ -199,6 +217,8 @@ def _drive(
     config: dict[str, object],
     services: dict[str, ServiceFault] | None = None,
     submit_first: bool = False,
+    at_load_end: list[Callable[[], None]] | None = None,
+    reporters: list[Callable[[Report], None]] | None = None,
 ) -> Report:
     """Load, faults, cancel, drain, check. ``submit_first``: all one-shots are submitted before
     the first fault (the embedded node's API dies with it)."""
@@ -224,6 +244,8 @@ def _drive(
     time.sleep(max(0.0, began + scenario.load_seconds - time.monotonic()))
     nemesis.stop()
     nemesis.write(artifacts / "timeline.json")
+    for end in at_load_end or ():
+        end()
     # Every restart of the last kill is done before the cancels go to the API.
     wait_until(lambda: all(p.process.poll() is None for p in supervisor.slots), 30, "restarts")
     wait_until(lambda: _answers(api), 30, "the API after the last restart")
@@ -270,6 +292,8 @@ def _drive(
         "restarts": len(supervisor.restarts),
         **config,
     }
+    for add in reporters or ():
+        add(report)
     report.write(artifacts)
     return report
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from tests.faults.clocks import PLAN_SECONDS, clock_faults, skew_plan, skewed_env
 from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, mixed_plan, random_plan
+from tests.faults.postgres_faults import postgres_plan, postgres_services
+from tests.faults.redis_faults import redis_plan, redis_services
 
 if TYPE_CHECKING:
     from tests.faults.runner import FleetContext
@@ -98,6 +100,8 @@ class Scenario:
     process_env: Callable[[str, int, Path], dict[str, str]] | None = None
     """(role, index among the role's processes, artifacts) -> that process's additions to the
     fleet's env (S7: libfaketime for one scheduler and one worker)."""
+    private_postgres: bool = False
+    """Run the fleet on a PostgreSQL cluster of the scenario's own (its faults restart it)."""
 
 
 SCENARIOS = {
@@ -169,6 +173,27 @@ SCENARIOS = {
         services=clock_faults,
         process_env=skewed_env,
     ),
+    "S5": Scenario(
+        "S5",
+        "Redis faults, 10 s apart: kill -9 + restart with its AOF (everysec), SHUTDOWN NOSAVE +"
+        " restart empty, FLUSHALL, kill -STOP 10 s; an API probe of 10 GET /jobs/s",
+        Workload(batches=100, batch=55, pace=0.5, due_within=(1.0, 5.0), crons=20),
+        load_seconds=52,
+        plan=redis_plan,
+        services=redis_services,
+        private_postgres=True,  # the store on a server of its own: no other suite's load on it
+    ),
+    "S6": Scenario(
+        "S6",
+        "PostgreSQL faults on a cluster of its own, 9 s apart: pg_ctl restart -m fast, stop -m"
+        " immediate + start, pg_terminate_backend on the fleet's sessions, LOCK TABLE runs for"
+        " TTL + 1 s; an API probe of 10 keyed creates/s",
+        Workload(batches=90, batch=50, pace=0.5, due_within=(1.0, 5.0), crons=20),
+        load_seconds=45,
+        plan=postgres_plan(lock_for=LEASE_TTL + 1),
+        services=postgres_services,
+        private_postgres=True,
+    ),
     "S11": Scenario(
         "S11",
         "embedded SQLite node (onbeat up) kill -9 x5, restarted after 1 s",
@@ -192,7 +217,7 @@ SCENARIOS["N1"] = Scenario(
     schedulers=3,
 )
 PROFILES = {
-    "quick": ("S0", "S1", "S2", "S3", "S7", "S9", "S10", "S11"),
+    "quick": ("S0", "S1", "S2", "S3", "S5", "S6", "S7", "S9", "S10", "S11"),
     "nightly": ("N1",),
 }
 """``quick`` runs in CI (``tests/faults/test_scenarios.py``); ``nightly`` by hand. S9 and S10 are

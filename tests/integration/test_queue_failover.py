@@ -19,7 +19,7 @@ from onbeat import App
 from onbeat.errors import QueueUnavailableError
 from onbeat.node import Node
 from onbeat.queue.base import QueueItem
-from onbeat.queue.failover import PRIMARY_RETRY, FailoverDelayQueue
+from onbeat.queue.failover import PRIMARY_RETRY, PROBE_INTERVAL, FailoverDelayQueue
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.queue.table import TableDelayQueue, open_table_queue
 from onbeat.testing.clock import FakeClock
@@ -178,6 +178,50 @@ async def test_failover__another_process_enqueueing_to_the_fallback_is_heard(
         assert await queue.claim_due(10) == ["elsewhere"]
     finally:
         await other.close()
+
+
+class ForgetfulQueue(SwitchableQueue):
+    """A primary that says it lost its data while up, as Redis after a FLUSHALL."""
+
+    forgot = False
+
+    def forget(self) -> None:
+        self.forgot = True
+
+    async def lost_data(self) -> bool:
+        self._refuse()
+        forgot, self.forgot = self.forgot, False
+        return forgot
+
+
+async def test_failover__a_primary_that_lost_its_data_while_up_is_told_to_listeners(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    """Regression: a flushed Redis stays up, so the listeners (the scheduler's recheck) were
+    never called and its queued runs came back only after the sweep's ``sweep_overdue``."""
+    async with fresh_queue_url("postgres", tmp_path) as url:
+        fallback = open_table_queue(url, clock)
+        primary = ForgetfulQueue(clock)
+        queue = FailoverDelayQueue(primary, fallback, clock, primary_url="forgetful://")
+        heard: list[bool] = []
+        queue.on_primary_change(heard.append)
+        try:
+            await queue.enqueue([QueueItem("r1", _at(clock, 5))])  # starts the probe
+            await clock.until_sleeping()
+            clock.advance(PROBE_INTERVAL)
+            await asyncio.sleep(0.05)
+            assert heard == []
+            primary.forget()
+            await clock.until_sleeping()
+            clock.advance(PROBE_INTERVAL)
+            for _ in range(100):
+                if heard:
+                    break
+                await asyncio.sleep(0.01)
+            assert heard == [True]
+            assert queue.primary_up
+        finally:
+            await queue.close()
 
 
 async def test_failover__a_fleet_node_uses_it_and_counts_failovers(clock: FakeClock) -> None:

@@ -206,6 +206,30 @@ async def test_flushdb__missing_reports_everything_and_the_queue_works_on(
         await client.aclose()
 
 
+async def test_lost_data__a_flush_is_told_once_to_every_queue_object(clock: FakeClock) -> None:
+    """Regression: a FLUSHALL left Redis up and empty, so no failover listener heard of it and
+    the queued runs it held waited for the sweep's ``sweep_overdue`` (S5 of the fault suite)."""
+    base = re.sub(r"/\d*$", f"/{FLUSH_DB}", REDIS_TEST_URL)
+    url, prefix = fresh_queue_url(base)
+    first, second = open_queue(url, clock), open_queue(url, clock)
+    assert isinstance(first, RedisDelayQueue) and isinstance(second, RedisDelayQueue)
+    client = aioredis.Redis.from_url(base)
+    try:
+        assert not await first.lost_data()  # the first call takes note
+        assert not await second.lost_data()
+        await first.enqueue([QueueItem("e1", _at(clock, 5))])
+        assert not await first.lost_data() and not await second.lost_data()
+        await client.flushdb()
+        assert await first.lost_data()  # found the generation gone, and set a new one
+        assert await second.lost_data()  # sees the new one: a loss all the same
+        assert not await first.lost_data() and not await second.lost_data()
+    finally:
+        await first.close()
+        await second.close()
+        await drop_prefix(prefix, base)
+        await client.aclose()
+
+
 async def test_scripts_lost__loaded_again_and_the_call_runs_once(
     open_queues: QueueFactory, clock: FakeClock
 ) -> None:

@@ -3,10 +3,15 @@ scheduler reaps expired leases in every shard, without waiting to take the shard
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from onbeat import AttemptOutcome, ExecutionStatus
+from onbeat.errors import StoreUnavailableError
+from onbeat.model import Execution
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.schedule import Schedule
 from onbeat.scheduler import Scheduler
@@ -107,3 +112,69 @@ def test_reap_statement__changes_a_run_only_while_its_lease_is_expired_under_tha
         assert [e.status for e in store.execution_list(job.id)] == [ExecutionStatus.QUEUED]
     finally:
         store.close()
+
+
+async def test_rescue__no_reap_within_a_lease_ttl_of_the_store_coming_back(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (fault suite S6, PostgreSQL crash recovery): the leases of a healthy worker ran
+    out while the database was down, and the reaper took its runs the moment the database was
+    back, before the worker could reconnect and renew them: every one ran twice."""
+    settings = node.app.settings
+    for n in range(3):
+        node.app.schedule("record", {"n": n})
+    await node.dispatch()
+    ids = await node.queue.claim_due(100)
+    holder = node.new_worker()
+    started = node.app.store.execution_claim(
+        ids, holder.owner, settings.lease_ttl, settings.misfire_grace
+    ).started
+    assert len(started) == 3
+    reap = node.app.store.execution_reap
+
+    def down(limit: int, restart_grace: float = 0.0) -> list[Execution]:
+        raise StoreUnavailableError("the database is down (test)")
+
+    monkeypatch.setattr(node.app.store, "execution_reap", down)
+    stop = asyncio.Event()
+    passes = node.scheduler._every(settings.reap_interval, node.scheduler.reap, stop)
+    loop = asyncio.create_task(passes)
+    node.clock.advance(settings.lease_ttl + 1)  # the leases ran out during the outage
+    await node.clock.until_sleeping()  # its pass found the store down
+    stop.set()
+    await asyncio.wait_for(loop, 5)
+    monkeypatch.setattr(node.app.store, "execution_reap", reap)  # back
+    assert await node.scheduler.reap() == 0  # the holder gets a lease TTL to renew
+    node.clock.advance(settings.lease_ttl - 1)
+    assert await node.scheduler.reap() == 0
+    node.clock.advance(1)
+    assert await node.scheduler.reap() == 3  # nobody renewed: the holder is dead after all
+
+
+async def test_rescue__no_reap_within_a_lease_ttl_of_a_reap_the_store_kept_waiting(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (fault suite S6, ``LOCK TABLE runs`` held past the lease TTL): the holders'
+    heartbeats waited behind the lock like the reaper did; the reaper's next pass, right after
+    the lock was released, took their runs before the queued heartbeats committed."""
+    settings = node.app.settings
+    node.app.schedule("record", {"n": 1})
+    await node.dispatch()
+    ids = await node.queue.claim_due(100)
+    holder = node.new_worker()
+    started = node.app.store.execution_claim(
+        ids, holder.owner, settings.lease_ttl, settings.misfire_grace
+    ).started
+    assert len(started) == 1
+    reap = node.app.store.execution_reap
+
+    def blocked(limit: int, restart_grace: float = 0.0) -> list[Execution]:
+        node.clock.advance(settings.lease_ttl + 1)  # waited on a lock past the lease
+        return []
+
+    monkeypatch.setattr(node.app.store, "execution_reap", blocked)
+    assert await node.scheduler.reap() == 0
+    monkeypatch.setattr(node.app.store, "execution_reap", reap)
+    assert await node.scheduler.reap() == 0  # the holder's heartbeat may be right behind
+    node.clock.advance(settings.lease_ttl)
+    assert await node.scheduler.reap() == 1  # nobody renewed it in a lease TTL

@@ -20,8 +20,12 @@
   change. The scheduler registers one that checks every queued run of its shards against the
   queue at once: while Redis is down that moves the runs Redis held into the fallback (they
   start on time instead of after ``sweep_overdue``); once it is back, it refills an empty Redis.
-  With listeners, the queue also probes an idle primary every ``PROBE_INTERVAL``, so a
-  scheduler with nothing to dispatch still notices.
+  With listeners, the queue also probes the primary every ``PROBE_INTERVAL``, so a scheduler
+  with nothing to dispatch still notices.
+- **Primary lost its data while up** (``FLUSHALL``, or a restart too quick for any call to fail):
+  the probe asks a primary that can tell (``lost_data()``, as ``RedisDelayQueue`` does) and, if
+  it did, calls the listeners with ``up=True`` as after an outage: the scheduler refills it
+  within ``PROBE_INTERVAL`` + one check of its queued runs, not after ``sweep_overdue``.
 
 Order across the two queues is approximate: each keeps its own priority order, and fallback
 items (older, from an outage) are handed out first.
@@ -35,7 +39,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
@@ -53,14 +57,23 @@ PER_ITEM_TIMEOUT = 50e-6
 """Seconds per id added to ``PRIMARY_TIMEOUT``: 5,000 ids (the dispatch batch) get 1.25 s."""
 PRIMARY_RETRY = 1.0
 """Seconds (clock) between attempts on a primary that failed."""
-PROBE_INTERVAL = 1.0
-"""Seconds (clock) without a primary call after which a watched queue pings the primary."""
+PROBE_INTERVAL = 0.5
+"""Seconds (clock) between a watched queue's probes of its primary: an idle primary is pinged,
+one that can tell is asked whether it lost its data (a pipeline of three cheap commands). Half a
+second keeps a flushed Redis refilled within the sweep interval + 1 s (issue 8) on a busy box."""
 UNHEARD_POLL = 0.5
 """Seconds (clock) between looks at the fallback while its enqueues cannot be followed."""
 FALLBACK_RECHECK = 30.0
 """Seconds (clock) after which the fallback's earliest due time is read again without news."""
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class ForgetfulQueue(Protocol):
+    """A primary that can tell whether it lost items since it was last asked."""
+
+    async def lost_data(self) -> bool: ...
 
 
 class FailoverDelayQueue:
@@ -98,8 +111,9 @@ class FailoverDelayQueue:
         return self._primary_up
 
     def on_primary_change(self, listener: Callable[[bool], None]) -> None:
-        """Call ``listener(up)`` each time the primary is found down or back up. Also makes
-        the queue ping an idle primary every ``PROBE_INTERVAL`` (from its next call on)."""
+        """Call ``listener(up)`` each time the primary is found down or back up, or (``up``
+        True) to have lost its data. Also makes the queue probe the primary every
+        ``PROBE_INTERVAL`` (from its next call on)."""
         self._listeners.append(listener)
 
     # -- DelayQueue ------------------------------------------------------------------------
@@ -292,14 +306,26 @@ class FailoverDelayQueue:
             woken.set()
 
     async def _probe_loop(self) -> None:
-        """Ping an idle primary, so listeners hear of an outage even when nothing is queued."""
+        """Probe the primary, so listeners hear of an outage even when nothing is queued, and
+        of a primary that lost its data while up."""
         while True:
             await self._clock.sleep(PROBE_INTERVAL)
+            if not self._primary_usable():
+                continue
+            if isinstance(self._primary, ForgetfulQueue):
+                done, lost = await self._on_primary(self._primary.lost_data)
+                if done and lost:
+                    log.warning(
+                        "delay queue %s lost its data (restarted or flushed); checking every"
+                        " queued run against it",
+                        self._primary_url,
+                    )
+                    self._tell(up=True)
+                continue
             now = self._clock.monotonic()
             if self._primary_up and now - self._primary_last_ok < PROBE_INTERVAL:
                 continue  # traffic has just shown it works
-            if self._primary_usable():
-                await self._on_primary(self._primary.next_due_at)
+            await self._on_primary(self._primary.next_due_at)
 
     # -- the fallback ----------------------------------------------------------------------
 

@@ -40,6 +40,11 @@ layout is in ``redis_layout``, the scripts in ``lua/`` and the calls that run th
   scheduler's sweep re-enqueues it after ``sweep_overdue`` (the same path that refills a Redis
   that lost its data); once running, its lease and the reaper cover it. A visibility timeout
   would cost an acknowledgement write per claim to duplicate those two mechanisms.
+- **Redis losing its data** while up (``FLUSHALL``, a restart without persistence or with an
+  ``appendfsync everysec`` AOF, which may lose its last second) is what ``lost_data()`` tells: it
+  compares Redis's ``run_id`` and a generation key (a random token, set anew by whoever finds it
+  missing) with what it saw last. The failover queue asks every second, so the scheduler can
+  refill Redis at once instead of after ``sweep_overdue``.
 - **Redis down** raises ``QueueUnavailableError`` naming the URL (password hidden), so callers
   retry with backoff or fall back; the queue reconnects by itself once Redis is back. What
   Redis lost meanwhile, the sweep refills.
@@ -132,6 +137,8 @@ class RedisDelayQueue:
             clock,
         )
         self._last_repair = -math.inf
+        self._generation: tuple[str | None, str | None] | None = None
+        """(generation token, Redis run_id) as ``lost_data`` last saw them."""
         self._closed = False
 
     @classmethod
@@ -371,6 +378,23 @@ class RedisDelayQueue:
             await self._redis.aclose()
 
     # -- recovery --------------------------------------------------------------------------
+
+    async def lost_data(self) -> bool:
+        """Whether Redis may have lost items since the previous call: it restarted (its
+        ``run_id`` changed) or was emptied (the generation key is gone, or another process
+        found it gone and set a new token). The first call only takes note."""
+        self._check_open()
+        with self._reaching():
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.set(self._keys.generation, uuid.uuid4().hex, nx=True)
+                pipe.get(self._keys.generation)
+                pipe.info("server")
+                _, token, server = await pipe.execute(raise_on_error=False)
+        # INFO may be renamed away on a managed Redis: the generation key still tells a flush.
+        run_id = server.get("run_id") if isinstance(server, dict) else None
+        seen = (token if isinstance(token, str) else None, run_id)
+        before, self._generation = self._generation, seen
+        return before is not None and before != seen
 
     async def repair(self) -> None:
         """Re-read every registered shard (and 0..shards-1 if the URL gave ``shards``) and

@@ -14,6 +14,7 @@ key                                type     holds
 ``P:{index}:due:<tier>``           ZSET     shards scored by the earliest due time of their tier
 ``P:{index}:head_version``         HASH     ``<tier>:<shard>`` -> version of that head
 ``P:{index}:shards``               SET      every shard ever used (``repair``, ``size``)
+``P:{index}:generation``           STRING   a random token, set anew when found missing (``lost_data``)
 ``P:{where:<bucket>}:shard``       HASH     execution id -> shard (bucket = crc32(id) mod 16)
 ``P:wake``                         channel  pub/sub: "<queue instance> <earliest due>" on enqueue
 =================================  =======  ===================================================
@@ -77,6 +78,7 @@ class Keys:
         self.index_due_prefix = f"{index}:due:"
         self.index_head_version = f"{index}:head_version"
         self.index_shards = f"{index}:shards"
+        self.generation = f"{index}:generation"
         self.wake_channel = f"{prefix}:wake"
         self._shards: dict[int, ShardKeys] = {}
 

@@ -331,11 +331,16 @@ class Store(Protocol):
         harmless (``execution_claim`` starts a run once)."""
         ...
 
-    def execution_reap(self, limit: int) -> list[Execution]:
+    def execution_reap(self, limit: int, restart_grace: float = 0.0) -> list[Execution]:
         """Up to ``limit`` running executions whose lease expired, in any shard: their worker died
         or stalled. Each becomes queued again, due after its retry backoff (the caller enqueues
         it, so no shard takeover is needed to run it again), or, past its last attempt, failed
         with a dead letter; the lost attempt counts. Safe for any scheduler at any time.
+
+        ``restart_grace``: reap nothing until the database server has been up this long (a
+        server that restarts, PostgreSQL's ``pg_postmaster_start_time()``): while it was down no
+        holder could renew, so each gets that long (the run lease TTL) to reconnect and
+        heartbeat before its lease counts as lost. Leases are measured in the database's time.
 
         Concurrency: conditional at write time on running, lease still expired, token unchanged: a
         heartbeat or outcome committed first wins (no false rescue); concurrent reaps reap once."""

@@ -138,6 +138,7 @@ class PostgresStore(SQLStore):
         StoreOpenError, naming the server, if the database cannot be reached or used."""
         self._url = url
         self._clock = clock
+        self._waits_extend_leases = clock is None
         self._write_refused: str | None = None
         self._clock_lock = threading.Lock()
         self._server_anchor: tuple[float, datetime] | None = None
@@ -206,7 +207,7 @@ class PostgresStore(SQLStore):
         if not ids:
             return []
         params = {"ids": json.dumps(list(ids)), "owner": owner, "now": now}
-        params["lease_expires_at"] = lease_expires_at
+        params |= {"lease_expires_at": lease_expires_at, "waited": self._waits_extend_leases}
         rows: list[Row] = c.execute(self._q["execution_start_many"], params).fetchall()
         return rows
 

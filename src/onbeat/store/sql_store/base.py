@@ -125,6 +125,10 @@ class SQLBase:
     shard_count: int
     _q: Mapping[str, str]
     _retry_errors: tuple[type[Exception], ...] = ()
+    _waits_extend_leases = False
+    """Whether a lease a claim or heartbeat writes is pushed back by the server time that passed
+    since it was computed (waiting for a pooled connection or a lock), so it runs from the
+    commit: on the server's own clock only, never with an injected one."""
     on_skipped: Callable[[Mapping[str, int]], None] | None = None
     """Errors by which the backend aborts a transaction for a conflict; it is run again."""
 

@@ -197,11 +197,17 @@ class RunTransactions(LimitTransactions):
     def execution_heartbeat(
         self, owner: str, held: Mapping[str, int], lease_ttl: float
     ) -> dict[str, int]:
-        lease_until = self._now_us() + int(lease_ttl * 1_000_000)
+        now_us = self._now_us()
         with self._tx() as c:
             rows = c.execute(
                 self._q["execution_heartbeat"],
-                {"owner": owner, "held": json.dumps(dict(held)), "lease_expires_at": lease_until},
+                {
+                    "owner": owner,
+                    "held": json.dumps(dict(held)),
+                    "lease_expires_at": now_us + int(lease_ttl * 1_000_000),
+                    "now": now_us,
+                    "waited": self._waits_extend_leases,
+                },
             )
             return {r["id"]: r["fencing_token"] for r in rows}
 

@@ -197,42 +197,68 @@ class SchedulingTransactions(LimitTransactions):
         limit: int,
         after: SweepCursor | None = None,
     ) -> SweepPage:
-        """One range read per shard on executions_dispatch, from the cursor's (due_at, id) on, so
-        a page costs its own rows, not the backlog's."""
+        """Range reads on executions_dispatch from the cursor's (shard, due_at, id) on. Where the
+        dialect has ``execution_sweep_shards`` (PostgreSQL), one statement over every shard: a
+        page reads the rows after the cursor, not the whole backlog, and costs no round trip per
+        shard; else (SQLite, in-process) one read per shard."""
         now = self.now()
         before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else MAX_US
         start = after.shard if after is not None else -1
         owned = sorted({s for s in shards if s in leases.epochs and s >= start})
-        items: list[QueueItem] = []
-        last: Row | None = None
+        if "execution_sweep_shards" in self._q:
+            rows = self._sweep_shards(owned, before, limit, after)
+        else:
+            rows = self._sweep_each_shard(owned, before, limit, after)
+        items = [QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"]) for r in rows]
+        if not rows or len(items) < limit:
+            return SweepPage(items, None)
+        last = rows[-1]
+        return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
+
+    def _sweep_shards(
+        self, owned: list[int], before: int, limit: int, after: SweepCursor | None
+    ) -> list[Row]:
+        after_key = (-1, -MAX_US, "")
+        if after is not None:
+            after_key = (after.shard, to_us(after.due_at), after.execution_id)
+        with self._read() as c:
+            return c.execute(
+                self._q["execution_sweep_shards"],
+                {
+                    "shards": json.dumps(owned),
+                    "before": before,
+                    "after_shard": after_key[0],
+                    "after_due_at": after_key[1],
+                    "after_id": after_key[2],
+                    "limit": limit,
+                },
+            ).fetchall()
+
+    def _sweep_each_shard(
+        self, owned: list[int], before: int, limit: int, after: SweepCursor | None
+    ) -> list[Row]:
+        found: list[Row] = []
         with self._read() as c:
             for shard in owned:
-                if len(items) >= limit:
+                if len(found) >= limit:
                     break
                 after_due_at, after_id = -MAX_US, ""  # from the shard's first run
                 if after is not None and shard == after.shard:
                     after_due_at, after_id = to_us(after.due_at), after.execution_id
-                rows = c.execute(
+                found += c.execute(
                     self._q["execution_sweep"],
                     {
                         "shard": shard,
                         "before": before,
                         "after_due_at": after_due_at,
                         "after_id": after_id,
-                        "limit": limit - len(items),
+                        "limit": limit - len(found),
                     },
                 ).fetchall()
-                items.extend(
-                    QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"])
-                    for r in rows
-                )
-                last = rows[-1] if rows else last
-        if last is None or len(items) < limit:
-            return SweepPage(items, None)
-        return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
+        return found
 
     @retried
-    def execution_reap(self, limit: int) -> list[Execution]:
+    def execution_reap(self, limit: int, restart_grace: float = 0.0) -> list[Execution]:
         """Read the expired leases without a write transaction (most passes find none, and every
         scheduler of every process reaps every second), decide each run in Python, then apply the
         decisions with one conditional UPDATE and log the lost attempts (and dead letters) of
@@ -242,7 +268,8 @@ class SchedulingTransactions(LimitTransactions):
             expired = {
                 r["id"]: r
                 for r in c.execute(
-                    self._q["execution_expired_leases"], {"now": now_us, "limit": limit}
+                    self._q["execution_expired_leases"],
+                    {"now": now_us, "limit": limit, "restart_grace": restart_grace},
                 )
             }
         if not expired:
