@@ -32,7 +32,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from onbeat.clock import Clock
 from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefusedError
 from onbeat.settings import DEFAULT_SHARDS, redact_url
+from onbeat.store.base import SweepCursor
 from onbeat.store.queries import load_queries, migrations
+from onbeat.store.rows import MAX_US, to_us
 from onbeat.store.sql_store import Connection, Cursor, SQLStore
 from onbeat.store.sql_store.history import DAY_US, day_date
 
@@ -210,6 +212,28 @@ class PostgresStore(SQLStore):
         params |= {"lease_expires_at": lease_expires_at, "waited": self._waits_extend_leases}
         rows: list[Row] = c.execute(self._q["execution_start_many"], params).fetchall()
         return rows
+
+    def _sweep_rows(
+        self, owned: list[int], before: int, limit: int, after: SweepCursor | None
+    ) -> list[Row]:
+        """One statement over every held shard: a page reads the rows after the cursor, not the
+        whole backlog, and costs no round trip per shard (1,024 of them took 0.6-2.6 s a pass
+        on a busy box)."""
+        after_key = (-1, -MAX_US, "")
+        if after is not None:
+            after_key = (after.shard, to_us(after.due_at), after.execution_id)
+        with self._read() as c:
+            return c.execute(
+                self._q["execution_sweep_shards"],
+                {
+                    "shards": json.dumps(owned),
+                    "before": before,
+                    "after_shard": after_key[0],
+                    "after_due_at": after_key[1],
+                    "after_id": after_key[2],
+                    "limit": limit,
+                },
+            ).fetchall()
 
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
         """One statement per batch: the attempts' UPDATE, the runs' DELETE ... RETURNING into the

@@ -197,46 +197,23 @@ class SchedulingTransactions(LimitTransactions):
         limit: int,
         after: SweepCursor | None = None,
     ) -> SweepPage:
-        """Range reads on executions_dispatch from the cursor's (shard, due_at, id) on. Where the
-        dialect has ``execution_sweep_shards`` (PostgreSQL), one statement over every shard: a
-        page reads the rows after the cursor, not the whole backlog, and costs no round trip per
-        shard; else (SQLite, in-process) one read per shard."""
+        """Range reads on executions_dispatch from the cursor's (shard, due_at, id) on, by the
+        backend's ``_sweep_rows``."""
         now = self.now()
         before = to_us(now - timedelta(seconds=overdue_by)) if overdue_by is not None else MAX_US
         start = after.shard if after is not None else -1
         owned = sorted({s for s in shards if s in leases.epochs and s >= start})
-        if "execution_sweep_shards" in self._q:
-            rows = self._sweep_shards(owned, before, limit, after)
-        else:
-            rows = self._sweep_each_shard(owned, before, limit, after)
+        rows = self._sweep_rows(owned, before, limit, after)
         items = [QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"]) for r in rows]
         if not rows or len(items) < limit:
             return SweepPage(items, None)
         last = rows[-1]
         return SweepPage(items, SweepCursor(last["shard"], from_us(last["due_at"]), last["id"]))
 
-    def _sweep_shards(
+    def _sweep_rows(
         self, owned: list[int], before: int, limit: int, after: SweepCursor | None
     ) -> list[Row]:
-        after_key = (-1, -MAX_US, "")
-        if after is not None:
-            after_key = (after.shard, to_us(after.due_at), after.execution_id)
-        with self._read() as c:
-            return c.execute(
-                self._q["execution_sweep_shards"],
-                {
-                    "shards": json.dumps(owned),
-                    "before": before,
-                    "after_shard": after_key[0],
-                    "after_due_at": after_key[1],
-                    "after_id": after_key[2],
-                    "limit": limit,
-                },
-            ).fetchall()
-
-    def _sweep_each_shard(
-        self, owned: list[int], before: int, limit: int, after: SweepCursor | None
-    ) -> list[Row]:
+        """One read per shard (SQLite: in-process, no round trips to save)."""
         found: list[Row] = []
         with self._read() as c:
             for shard in owned:
