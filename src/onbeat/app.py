@@ -104,6 +104,8 @@ class App:
                         self.clock,
                         self.settings.shards,
                         migrate=self.settings.migrate,
+                        # A transaction idle that long is a frozen process's: its leases lapsed.
+                        idle_transaction_timeout=self.settings.shard_lease_ttl,
                     )
         return store
 

@@ -16,13 +16,19 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def open_store(
-    url: str, clock: Clock, shard_count: int = DEFAULT_SHARDS, *, migrate: bool = True
+    url: str,
+    clock: Clock,
+    shard_count: int = DEFAULT_SHARDS,
+    *,
+    migrate: bool = True,
+    idle_transaction_timeout: float | None = None,
 ) -> Store:
     """Pick the backend from the URL scheme: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``
     or ``postgresql://...``. Opening applies pending migrations; with ``migrate=False`` it
     applies none and refuses a store that lacks any (StoreOpenError saying to run
     ``onbeat migrate``). Raises StoreOpenError, saying why in one line, if the store cannot be
-    opened."""
+    opened. ``idle_transaction_timeout``: see ``PostgresStore`` (None: its default; pass the
+    shard lease TTL)."""
     if not migrate:
         pending = pending_migrations(url)
         if pending:
@@ -41,13 +47,15 @@ def open_store(
 
         return SQLiteStore(url.removeprefix("sqlite:///"), clock, shard_count)
     if url.startswith(POSTGRES_SCHEMES):
-        return _open_postgres(url, clock, shard_count)
+        return _open_postgres(url, clock, shard_count, idle_transaction_timeout)
     raise StoreOpenError(
         repr(redact_url(url)), "unsupported scheme (expected sqlite:///PATH or postgresql://...)"
     )
 
 
-def _open_postgres(url: str, clock: Clock, shard_count: int) -> Store:
+def _open_postgres(
+    url: str, clock: Clock, shard_count: int, idle_transaction_timeout: float | None
+) -> Store:
     """``PostgresStore``, imported only when asked for: ``import onbeat`` pulls no driver in.
     Whatever stops it from connecting becomes one StoreOpenError line."""
     try:
@@ -57,7 +65,13 @@ def _open_postgres(url: str, clock: Clock, shard_count: int) -> Store:
             redact_url(url), f"PostgreSQL support is not installed ({exc})"
         ) from exc
     try:
-        store: Store = postgres.PostgresStore(url, clock, shard_count)
+        store: Store = (
+            postgres.PostgresStore(url, clock, shard_count)
+            if idle_transaction_timeout is None
+            else postgres.PostgresStore(
+                url, clock, shard_count, idle_transaction_timeout=idle_transaction_timeout
+            )
+        )
     except StoreOpenError:
         raise
     except Exception as exc:

@@ -43,6 +43,11 @@ POOL_SIZE = 8
 """Connections per process: a worker's claim, heartbeat and finish loops and a scheduler's timers
 each hold one for the length of one transaction."""
 CONNECT_TIMEOUT = 10.0
+IDLE_TRANSACTION_TIMEOUT = 15.0
+"""Default of ``PostgresStore(idle_transaction_timeout=...)``: the default shard lease TTL."""
+MIN_IDLE_TRANSACTION_TIMEOUT = 2.0
+"""No healthy process idles this long between two statements of a transaction, even on a busy
+box; a shorter shard lease TTL (tests) does not make the timeout shorter than this."""
 MIGRATION_LOCK = 7243000000
 """Advisory lock key: one process at a time applies migrations."""
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -54,8 +59,20 @@ _BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
 """History upkeep's DDL gave way to the runs' transactions: it is tried again at the next pass."""
 HISTORY_TABLES = ("execution_history", "attempts")
 """The tables partitioned by day of fire time, with the same bounds."""
-_UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
-"""The server cannot be reached (down, restarting, connection lost): StoreUnavailableError."""
+_UNREACHABLE = (
+    psycopg.OperationalError,
+    PoolTimeout,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
+"""The server cannot be reached (down, restarting, connection lost, or the session ended because
+this process stalled inside a transaction): StoreUnavailableError."""
+
+
+def _end_idle_transactions_after(conn: psycopg.Connection[Row], idle_ms: int) -> None:
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, false)",
+        {"ms": str(idle_ms)},
+    )
 
 
 def postgres_queries() -> dict[str, str]:
@@ -116,10 +133,19 @@ class PostgresStore(SQLStore):
         clock: Clock | None = None,
         shard_count: int = DEFAULT_SHARDS,
         migrate: bool = True,
+        idle_transaction_timeout: float = IDLE_TRANSACTION_TIMEOUT,
     ) -> None:
         """Connect, migrate (unless ``migrate`` is False) and set up the shards;
-        StoreOpenError, naming the server, if the database cannot be reached or used."""
+        StoreOpenError, naming the server, if the database cannot be reached or used.
+
+        ``idle_transaction_timeout``: seconds after which PostgreSQL ends a session of this
+        store idle inside a transaction (``idle_in_transaction_session_timeout``; at least
+        ``MIN_IDLE_TRANSACTION_TIMEOUT``). A process frozen mid-transaction (``kill -STOP``, a VM
+        pause) would otherwise hold its locks, the shard map's and its lease rows, for as long
+        as it is frozen, and every other scheduler's renewal would wait on it until all leases
+        had lapsed: a fleet pass the shard lease TTL, by when its leases are gone anyway."""
         self._url = url
+        idle_ms = int(1000 * max(idle_transaction_timeout, MIN_IDLE_TRANSACTION_TIMEOUT))
         self._clock = clock
         self._write_refused: str | None = None
         self._clock_lock = threading.Lock()
@@ -129,6 +155,7 @@ class PostgresStore(SQLStore):
             min_size=1,
             max_size=POOL_SIZE,
             kwargs={"row_factory": _row_factory, "autocommit": True},
+            configure=lambda conn: _end_idle_transactions_after(conn, idle_ms),
             timeout=CONNECT_TIMEOUT,
             open=False,
             name="onbeat",

@@ -1,0 +1,78 @@
+"""A process frozen inside a PostgreSQL transaction (``kill -STOP``, a VM pause, a long GC) must
+not stop the other schedulers for longer than its own leases last. Found by the fault suite's S4:
+a scheduler stopped inside ``shard_acquire`` held the shard map's advisory lock, and one stopped
+inside a dispatch held its lease rows ``FOR SHARE``; every other scheduler's renewal waited on
+it, their leases lapsed, and no run of any shard was dispatched until the frozen one resumed.
+The store has PostgreSQL end a session idle inside a transaction for longer than
+``idle_transaction_timeout``, which releases its locks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from onbeat.errors import StoreUnavailableError
+from onbeat.store.postgres import MIN_IDLE_TRANSACTION_TIMEOUT, PostgresStore
+from onbeat.store.sql_store import Connection
+from onbeat.testing.postgres import fresh_schema
+
+TIMEOUT = MIN_IDLE_TRANSACTION_TIMEOUT
+SHARDS = 8
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with fresh_schema() as url:
+        yield url
+
+
+def _hold_shard_map(store: PostgresStore, c: Connection) -> None:
+    store._lock_shard_map(c)
+
+
+def _hold_lease_rows(store: PostgresStore, c: Connection) -> None:
+    leases = store.shard_acquire("scheduler-frozen", 0.3)
+    assert store._fenced_shards(c, leases) == list(range(SHARDS))  # its lease rows, FOR SHARE
+    time.sleep(0.4)  # the leases lapse: the others may take the shards over at once
+
+
+@pytest.mark.parametrize("hold", [_hold_shard_map, _hold_lease_rows], ids=["shard map", "leases"])
+def test_shard_acquire__a_process_frozen_in_a_transaction_holds_it_up_only_until_the_timeout(
+    url: str, hold: Callable[[PostgresStore, Connection], None]
+) -> None:
+    frozen = PostgresStore(url, shard_count=SHARDS, idle_transaction_timeout=TIMEOUT)
+    other = PostgresStore(url, shard_count=SHARDS, idle_transaction_timeout=TIMEOUT)
+    holding, thaw = threading.Event(), threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def freeze() -> None:
+        try:
+            with frozen._tx() as c:
+                hold(frozen, c)
+                holding.set()
+                thaw.wait(5 * TIMEOUT)  # frozen: no statement is sent
+                c.execute("SELECT 1")
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+        holding.set()
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        started = time.monotonic()
+        leases = other.shard_acquire("scheduler-live", 60)
+        took = time.monotonic() - started
+    finally:
+        thaw.set()
+        thread.join()
+        frozen.close()
+        other.close()
+    assert took < TIMEOUT + 2, f"the live scheduler waited {took:.1f} s on the frozen one"
+    assert leases.epochs, "the live scheduler took no shard"
+    assert isinstance(outcome[0], StoreUnavailableError), "the frozen transaction committed"
