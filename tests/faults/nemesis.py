@@ -51,6 +51,10 @@ class FaultEvent:
     """Runs the victim held when it was hit (store's ``running`` rows and the ledger's starts without an end)."""
     ended: float | None = None
     """Wall time the fault was undone (``kill -CONT``, lock released, server back); None: at once."""
+    recovered: float | None = None
+    """Wall time the recovery a scenario measures completed (S4: the victim's shards taken over)."""
+    shards: list[int] = field(default_factory=list)
+    """Shards the victim held when it was hit (a scheduler fault)."""
 
     @property
     def kills(self) -> bool:

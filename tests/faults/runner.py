@@ -113,6 +113,10 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
                 t_detect=timings["ONBEAT_LEASE_TTL"] + 2,
                 t_release=scenario.t_release,
                 fault_window=timings["ONBEAT_LEASE_TTL"] + 4,
+                t_takeover=(
+                    timings["ONBEAT_SHARD_LEASE_TTL"] + 2 if scenario.measure_takeover else None
+                ),
+                burst_p99=scenario.burst_p99,
             ),
             {"timings": timings, "queue": "redis",
              "processes": f"1 api, {scenario.schedulers} schedulers, {scenario.workers} workers"},
@@ -183,6 +187,9 @@ def _drive(
 ) -> Report:
     """Load, faults, cancel, drain, check. ``submit_first``: all one-shots are submitted before
     the first fault (the embedded node's API dies with it)."""
+    if scenario.starts_at is not None:
+        period, phase = scenario.starts_at
+        time.sleep((phase - time.time()) % period)
     acks = AckLog(artifacts / "acks.jsonl")
     load = LoadGenerator(api, scenario.workload, seed, acks)
     plan = scenario.plan(seed, supervisor.slots_of(scenario.victims), scenario.load_seconds)

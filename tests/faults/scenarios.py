@@ -5,12 +5,14 @@ SQLite node."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, random_plan
+from tests.faults.schedulers import scheduler_services, takeover_plan
 
 if TYPE_CHECKING:
     from tests.faults.runner import FleetContext
@@ -84,6 +86,12 @@ class Scenario:
     """Bound on ``kill -TERM`` -> a run the victim held started elsewhere."""
     services: Callable[[FleetContext], dict[str, ServiceFault]] | None = None
     """The service faults the plan names, made once the fleet is up."""
+    starts_at: tuple[float, float] | None = None
+    """(period, phase): the load starts when Unix time modulo ``period`` is ``phase``."""
+    measure_takeover: bool = False
+    """Measure ``t_takeover`` of the scheduler faults and audit materialisations (S4)."""
+    burst_p99: float | None = None
+    """Bound on the start-delay p99 of the one-shots all due at one instant (S8)."""
 
 
 SCENARIOS = {
@@ -144,6 +152,42 @@ SCENARIOS = {
         plan=every("kill -TERM", (6.0, 10.0), limit=3),
         timings={"ONBEAT_SHUTDOWN_GRACE": SHUTDOWN_GRACE},
         t_release=SHUTDOWN_GRACE + 2,
+    ),
+    "S4": Scenario(
+        "S4",
+        "scheduler failover: kill -9 the scheduler holding most shards (x2), kill -STOP another"
+        " for 2 x the shard TTL (a zombie), 3 schedulers",
+        Workload(
+            batches=80,
+            batch=63,
+            pace=0.5,
+            due_within=(1.0, 5.0),
+            crons=0,
+            schedules=(("*/10 * * * * *", 400), ("0 * * * * *", 100)),
+        ),
+        load_seconds=44,
+        plan=functools.partial(takeover_plan, pause=2 * FLEET_TIMINGS["ONBEAT_SHARD_LEASE_TTL"]),
+        schedulers=3,
+        services=scheduler_services,
+        starts_at=(10.0, 0.0),
+        measure_takeover=True,
+    ),
+    "S8": Scenario(
+        "S8",
+        "thundering herd: 5,000 one-shots due at one minute boundary with 1,000 every-minute"
+        " cron jobs, the load started 15 s before it; no faults",
+        Workload(
+            batches=10,
+            batch=500,
+            pace=0.5,
+            due_within=(10.0, 10.0),
+            crons=0,
+            schedules=(("* * * * *", 1000),),
+            due_at_next=60.0,
+        ),
+        load_seconds=22,
+        starts_at=(60.0, 45.0),
+        burst_p99=START_DELAY_P99,
     ),
     "S11": Scenario(
         "S11",

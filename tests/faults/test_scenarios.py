@@ -17,7 +17,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("scenario", ["S0", "S1", "S2", "S3", "S11"])
+@pytest.mark.parametrize("scenario", ["S0", "S1", "S2", "S3", "S4", "S8", "S11"])
 def test_fault_scenario__pass_lines_hold(scenario: str, tmp_path: Path) -> None:
     report = run(scenario, seed=7, artifacts=tmp_path / scenario)
     print("\n" + report.table())
