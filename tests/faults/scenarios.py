@@ -185,7 +185,7 @@ SCENARIOS = {
             schedules=(("* * * * *", 1000),),
             due_at_next=60.0,
         ),
-        load_seconds=22,
+        load_seconds=30,
         starts_at=(60.0, 45.0),
         burst_p99=START_DELAY_P99,
     ),

@@ -202,17 +202,20 @@ def takeover_report(
     fault and the takeover (p99 bound the same), and the materialisation audit."""
     faults = [e for e in events if e.fault in TAKEOVER_FAULTS]
     takeovers = [None if e.recovered is None else e.recovered - e.wall for e in faults]
-    delays: list[float] = []
+    per_fault: list[list[float]] = []
     for event in faults:
         shards = set(event.shards)
         until = event.recovered if event.recovered is not None else event.wall + bound
-        delays += [
-            first_starts[run.id] - run.scheduled_for.timestamp()
-            for run in runs
-            if run.shard in shards
-            and event.wall <= run.scheduled_for.timestamp() <= until
-            and run.id in first_starts
-        ]
+        per_fault.append(
+            [
+                first_starts[run.id] - run.scheduled_for.timestamp()
+                for run in runs
+                if run.shard in shards
+                and event.wall <= run.scheduled_for.timestamp() <= until
+                and run.id in first_starts
+            ]
+        )
+    delays = [delay for fault_delays in per_fault for delay in fault_delays]
     audit = query(
         database_url,
         "SELECT count(*), count(*) FILTER (WHERE NOT fenced) FROM faults_materialisations",
@@ -246,8 +249,15 @@ def takeover_report(
     }
     details = {
         "t_takeover": [
-            {"fault": e.fault, "slot": e.slot, "shards": len(e.shards), "seconds": t}
-            for e, t in zip(faults, takeovers, strict=True)
+            {
+                "fault": e.fault,
+                "slot": e.slot,
+                "shards": len(e.shards),
+                "seconds": t,
+                "window_runs": len(d),
+                "window_delay_p99": percentile(d, 0.99),
+            }
+            for e, t, d in zip(faults, takeovers, per_fault, strict=True)
         ],
         "unfenced_materialisations": [list(row) for row in unfenced],
     }
