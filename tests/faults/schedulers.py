@@ -161,7 +161,11 @@ class SchedulerFaults:
         """The wall time every shard is first seen leased by a scheduler other than ``victim``
         (None: not by ``deadline``)."""
         while time.time() < deadline:
-            holders = shard_holders(self.context.database_url)
+            try:
+                holders = shard_holders(self.context.database_url)
+            except psycopg.OperationalError:  # the shared server is full for a moment: poll again
+                time.sleep(POLL)
+                continue
             if len(holders) == self.shards and all(pid_of(o) != victim for o in holders.values()):
                 return time.time()
             time.sleep(POLL)
