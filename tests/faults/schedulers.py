@@ -42,6 +42,8 @@ PAUSE = "scheduler kill -STOP"
 TAKEOVER_FAULTS = (KILL, PAUSE)
 POLL = 0.05
 """Seconds between two reads of ``shard_leases`` while waiting for the takeover."""
+PLAN = ((5.5, KILL), (15.5, KILL), (25.5, PAUSE))
+"""S4's faults: (seconds after the load starts, on a 10 s mark, before the seed's jitter; kind)."""
 GIVE_UP = 30.0
 """A takeover not seen this long after the fault is reported as never (``recovered`` None)."""
 
@@ -125,7 +127,9 @@ class SchedulerFaults:
 
     def _strike(self, kind: str, sig: signal.Signals) -> FaultEvent:
         """Signal the living scheduler that holds the most shards now."""
-        held = Counter(pid_of(owner) for owner in shard_holders(self.context.database_url).values())
+        holders = self._holders(time.time() + GIVE_UP)
+        assert holders is not None, "shard_leases could not be read"
+        held = Counter(pid_of(owner) for owner in holders.values())
         supervisor = self.context.supervisor
         candidates = [
             slot
@@ -135,11 +139,7 @@ class SchedulerFaults:
         assert candidates, f"no living scheduler to {kind}"
         slot = max(candidates, key=lambda s: held[supervisor.proc(s).pid])
         proc = supervisor.proc(slot)
-        shards = sorted(
-            shard
-            for shard, owner in shard_holders(self.context.database_url).items()
-            if pid_of(owner) == proc.pid
-        )
+        shards = sorted(shard for shard, owner in holders.items() if pid_of(owner) == proc.pid)
         event = FaultEvent(kind, "scheduler", slot, proc.pid, time.time(), time.monotonic_ns())
         event.shards = shards
         proc.process.send_signal(sig)
@@ -160,15 +160,20 @@ class SchedulerFaults:
     def _await_takeover(self, victim: int, deadline: float) -> float | None:
         """The wall time every shard is first seen leased by a scheduler other than ``victim``
         (None: not by ``deadline``)."""
-        while time.time() < deadline:
-            try:
-                holders = shard_holders(self.context.database_url)
-            except psycopg.OperationalError:  # the shared server is full for a moment: poll again
-                time.sleep(POLL)
-                continue
+        while (holders := self._holders(deadline)) is not None:
             if len(holders) == self.shards and all(pid_of(o) != victim for o in holders.values()):
                 return time.time()
             time.sleep(POLL)
+        return None
+
+    def _holders(self, deadline: float) -> dict[int, str] | None:
+        """``shard_holders``, asked again while the shared server refuses connections (too many
+        clients while other suites run); None once ``deadline`` has passed."""
+        while time.time() < deadline:
+            try:
+                return shard_holders(self.context.database_url)
+            except psycopg.OperationalError:
+                time.sleep(POLL)
         return None
 
 
@@ -187,9 +192,7 @@ def takeover_plan(
     (``ONBEAT_WINDOW``, 4 s) and must be dispatched by the scheduler that takes its shard over."""
     jitter = (seed % 5) / 10
     return [
-        PlannedFault(5.5 + jitter, KILL),
-        PlannedFault(15.5 + jitter, KILL),
-        PlannedFault(25.5 + jitter, PAUSE, lasts=pause),
+        PlannedFault(at + jitter, kind, lasts=pause if kind == PAUSE else 0.0) for at, kind in PLAN
     ]
 
 
@@ -246,6 +249,7 @@ def takeover_report(
         ),
     }
     checks = {
+        "scheduler_faults": len(faults) == len(PLAN),
         "t_takeover_max": len(measured) == len(faults) and metrics["t_takeover_max"] <= bound,
         "failover_start_delay_p99": metrics["failover_start_delay_p99"] <= bound,
         "materialisations_audited": metrics["materialisations_audited"] > 0,
