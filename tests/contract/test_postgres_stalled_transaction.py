@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from onbeat.errors import StoreUnavailableError
+from onbeat.store.base import ShardLeases
 from onbeat.store.postgres import MIN_IDLE_TRANSACTION_TIMEOUT, PostgresStore
 from onbeat.store.sql_store import Connection
+from onbeat.testing.clock import FakeClock
 from onbeat.testing.postgres import fresh_schema
 
 TIMEOUT = MIN_IDLE_TRANSACTION_TIMEOUT
@@ -76,3 +78,42 @@ def test_shard_acquire__a_process_frozen_in_a_transaction_holds_it_up_only_until
     assert took < TIMEOUT + 2, f"the live scheduler waited {took:.1f} s on the frozen one"
     assert leases.epochs, "the live scheduler took no shard"
     assert isinstance(outcome[0], StoreUnavailableError), "the frozen transaction committed"
+
+
+def test_shard_acquire__a_long_dispatch_does_not_hold_up_its_own_renewal(url: str) -> None:
+    """Found by the fault suite's S8: a dispatch pass of 12 s (5,000 runs due at one instant) held
+    its lease rows FOR SHARE, its own scheduler's renewal (an UPDATE of those rows) waited for it
+    and the other schedulers' behind the shard map lock: the leases lapsed under load. The fence
+    only has to stop a *takeover* of the rows while the dispatch writes."""
+    clock = FakeClock()
+    dispatcher = PostgresStore(url, clock, shard_count=SHARDS)
+    other = PostgresStore(url, clock, shard_count=SHARDS)
+    try:
+        held = dispatcher.shard_acquire("scheduler-busy", 5)
+        with dispatcher._tx() as c:
+            assert dispatcher._fenced_shards(c, held) == list(range(SHARDS))
+            renewal = _within(2.0, lambda: dispatcher.shard_acquire("scheduler-busy", 5))
+            assert renewal is not None, "the renewal waited for its own dispatch"
+            assert renewal.epochs == held.epochs, "the renewal lost or re-took its shards"
+            clock.advance(6)  # were the dispatch still running after its leases lapsed,
+            waiting: list[ShardLeases] = []
+            takeover = threading.Thread(
+                target=lambda: waiting.append(other.shard_acquire("scheduler-live", 60))
+            )
+            takeover.start()
+            takeover.join(1.0)
+            assert not waiting, "a shard was taken over under a running dispatch's fence"
+        takeover.join(5.0)  # ... the takeover comes once it has committed
+        assert waiting and waiting[0].acquired, "the shards were not taken after the dispatch"
+    finally:
+        dispatcher.close()
+        other.close()
+
+
+def _within(seconds: float, call: Callable[[], ShardLeases]) -> ShardLeases | None:
+    """``call()``'s answer if it comes within ``seconds`` (it runs in a thread), else None."""
+    answer: list[ShardLeases] = []
+    thread = threading.Thread(target=lambda: answer.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return answer[0] if answer else None

@@ -7,7 +7,7 @@ every 50 ms until every shard is leased by a scheduler other than the victim: ``
 the fault's event, and ``t_takeover`` = recovered - fault.
 
 A zombie must not materialise with a stale epoch. onbeat does not write the epoch on the run:
-its fence is ``_fenced_shards``, which re-reads the writer's own lease rows ``FOR SHARE`` inside
+its fence is ``_fenced_shards``, which re-reads the writer's own lease rows ``FOR KEY SHARE`` inside
 the dispatch transaction (a takeover cannot commit until that transaction ends, and after it the
 re-read finds the shard gone). So the suite checks the fence itself, in the database: a trigger
 (``install_materialisation_audit``, installed in S4's schema only) records every write that
