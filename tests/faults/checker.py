@@ -64,6 +64,10 @@ class Thresholds:
     heartbeat_interval: float = 1.0
     t_release: float | None = None
     """Bound on ``kill -TERM`` -> a run the victim held started elsewhere (None: reported only)."""
+    t_takeover: float | None = None
+    """Bound on a scheduler fault -> every shard leased by another scheduler (S4)."""
+    burst_p99: float | None = None
+    """Bound on the start-delay p99 of one-shots all due at one instant (S8; None: no burst)."""
 
 
 @dataclass
@@ -325,7 +329,26 @@ def check(
         checks["deaths_not_by_nemesis"] = (
             metrics["deaths_not_by_nemesis"] <= metrics["poison_crash_bound"]
         )
+    first_starts = {eid: lines[0]["wall_ns"] / 1e9 for eid, lines in starts.items()}
+    extra: dict[str, Any] = {}
+    if thresholds.t_takeover is not None:
+        from tests.faults.schedulers import takeover_report  # it builds on this module
+
+        more, more_checks, extra = takeover_report(
+            database_url, seen.timeline, runs, first_starts, thresholds.t_takeover, seen.logs
+        )
+        metrics |= more
+        checks |= more_checks
+    if thresholds.burst_p99 is not None:
+        from tests.faults.herd import herd_report  # it builds on this module
+
+        more, more_checks = herd_report(
+            database_url, seen.jobs, runs, first_starts, thresholds.burst_p99
+        )
+        metrics |= more
+        checks |= more_checks
     details = {
+        **extra,
         "lost": lost[:20],
         "dead_by_policy": sorted(dead_by_policy)[:20],
         "unplanned": verdict.unplanned[:20],

@@ -48,6 +48,11 @@ class Workload:
     long_task: tuple[float, float] = (2.0, 5.0)
     long_share: float = 0.02
     specials: tuple[Special, ...] = ()
+    schedules: tuple[tuple[str, int], ...] = ()
+    """More cron jobs, as (expression of ``oracle.CRON_PERIODS``, count), cancelled with the rest."""
+    due_at_next: float | None = None
+    """If set, every one-shot falls due at one instant instead: the first multiple of this many
+    seconds of Unix time at least ``due_within[0]`` after the load generator is made."""
 
 
 class AckLog:
@@ -81,6 +86,7 @@ def read_acks(path: Path) -> list[SubmittedJob]:
             datetime.fromisoformat(at) if at else None,
             datetime.fromisoformat(cancelled) if cancelled else None,
             line.get("policy"),
+            line.get("expression", "* * * * * *"),
         )
     return list(jobs.values())
 
@@ -91,17 +97,25 @@ class LoadGenerator:
     def __init__(self, api_url: str, workload: Workload, seed: int, acks: AckLog) -> None:
         self.api_url, self.workload, self.acks = api_url, workload, acks
         rng = random.Random(seed)
+        self.due_at: datetime | None = None
+        if workload.due_at_next is not None:
+            step = workload.due_at_next
+            self.due_at = datetime.fromtimestamp(
+                math.ceil((time.time() + workload.due_within[0]) / step) * step, UTC
+            )
         batches: list[tuple[str, MakeBody]] = []
         for _ in range(workload.batches):
             jobs = [
                 (rng.uniform(*workload.due_within), self._duration(rng))
                 for _ in range(workload.batch)
             ]
-            batches.append(("/jobs/batch", functools.partial(_once_batch, jobs)))
+            batches.append(("/jobs/batch", functools.partial(_once_batch, jobs, self.due_at)))
         self.submission = ApiCalls(
             api_url, "POST", batches, pace=workload.pace, idempotent=False, on_answer=self._ack
         )
         self.cron_answers: list[dict[str, Any]] = []
+        self._expressions: dict[str, str] = {}
+        """Cron job id -> its expression."""
         self._thread = threading.Thread(target=self._submit, name="load", daemon=True)
 
     def _duration(self, rng: random.Random) -> float:
@@ -113,17 +127,20 @@ class LoadGenerator:
             self.acks.record(job, "once", at=job["schedule"]["at"])
 
     def start(self) -> None:
-        if self.workload.crons:
+        crons = [("* * * * * *", self.workload.crons), *self.workload.schedules]
+        for expression, count in crons:
             cron = {
                 "task": "work_sync",
-                "schedule": {"type": "cron", "expression": "* * * * * *"},
+                "schedule": {"type": "cron", "expression": expression},
                 "overlap": "allow",  # a run held by a killed worker must not skip the next ones
             }
-            body = {"jobs": [cron] * self.workload.crons}
-            answer = ApiCalls(self.api_url, "POST", [("/jobs/batch", lambda: body)]).run()
-            self.cron_answers = answer.answers[0]["items"]
-            for job in self.cron_answers:
-                self.acks.record(job, "cron")
+            chunks = [min(CRON_BATCH, count - i) for i in range(0, count, CRON_BATCH)]
+            requests = [("/jobs/batch", functools.partial(_jobs, cron, n)) for n in chunks]
+            for answer in ApiCalls(self.api_url, "POST", requests).run().answers:
+                for job in answer["items"]:
+                    self.cron_answers.append(job)
+                    self._expressions[job["id"]] = expression
+                    self.acks.record(job, "cron", expression=expression)
         self._submit_specials()
         self._thread.start()
 
@@ -169,18 +186,34 @@ class LoadGenerator:
         deletes = [(f"/jobs/{j['id']}", lambda: None) for j in self.cron_answers]
         cancels = ApiCalls(self.api_url, "DELETE", deletes, ok=200).run()
         for job, cancelled in zip(self.cron_answers, cancels.answers, strict=True):
-            self.acks.record(job, "cron", cancelled_at=cancelled["updated_at"])
+            self.acks.record(
+                job,
+                "cron",
+                cancelled_at=cancelled["updated_at"],
+                expression=self._expressions[job["id"]],
+            )
 
 
-def _once_batch(jobs: list[tuple[float, float]]) -> dict[str, Any]:
-    """Once jobs due ``delay`` from now, lasting ``duration``."""
+CRON_BATCH = 250
+"""Cron jobs per ``POST /jobs/batch`` (the API takes up to 1,000)."""
+
+
+def _jobs(job: dict[str, Any], count: int) -> dict[str, Any]:
+    return {"jobs": [job] * count}
+
+
+def _once_batch(jobs: list[tuple[float, float]], due_at: datetime | None) -> dict[str, Any]:
+    """Once jobs due ``delay`` from now (or all at ``due_at``), lasting ``duration``."""
     now = datetime.now(UTC)
     return {
         "jobs": [
             {
                 "task": "work",
                 "params": {"duration": duration},
-                "schedule": {"type": "once", "at": _at(now, delay)},
+                "schedule": {
+                    "type": "once",
+                    "at": due_at.isoformat() if due_at else _at(now, delay),
+                },
             }
             for delay, duration in jobs
         ]

@@ -55,7 +55,10 @@ class FaultEvent:
     """Shard lease takeovers (``shard_leases.epoch`` increments) from the fault until its
     effects had settled (S7's clock faults); None: not measured."""
     recovered: float | None = None
-    """Wall time the recovery a service fault measures completed (None: not measured, or never)."""
+    """Wall time the recovery a fault's scenario measures completed (S4: the victim's shards
+    taken over; S5/S6: the queue rebuilt, the store back); None: not measured, or never."""
+    shards: list[int] = field(default_factory=list)
+    """Shards the victim held when it was hit (a scheduler fault)."""
 
     @property
     def kills(self) -> bool:

@@ -1,8 +1,10 @@
 """The independent oracle of ``test_fleet_faults``: which runs the submitted load planned, worked
 out without onbeat's cron engine, and what the store's records and the ledger say became of them.
 
-A cron job ``* * * * * *`` plans every whole second strictly after its creation and up to its
-cancel instant (both as the API answered them); a now or once job plans its one run. A planned
+A cron job plans every fire time strictly after its creation and up to its cancel instant (both
+as the API answered them), its expression known to the oracle as a period (``CRON_PERIODS``, UTC:
+an every-N-seconds expression fires at the Unix instants divisible by N); a now or once job plans
+its one run. A planned
 run is *lost* unless the store holds a final record of it and the ledger a start line. A cron
 run the cancel caught before it started is cancelled by design: it is not lost if it fell due
 at most ``boundary`` before the cancel (else it should have started, and is counted lost).
@@ -23,6 +25,17 @@ JobKind = Literal["now", "once", "cron"]
 FINAL = frozenset({"succeeded", "failed", "cancelled", "skipped"})
 
 
+CRON_PERIODS = {
+    "* * * * * *": 1,
+    "*/10 * * * * *": 10,
+    "0 * * * * *": 60,
+    "* * * * *": 60,
+}
+"""The cron expressions the load submits, in UTC, written out by hand as the period in seconds of
+their fire instants (all start at second 0 of the minute, and a UTC minute starts at a Unix time
+divisible by 60): the oracle never parses an expression."""
+
+
 @dataclass(frozen=True, slots=True)
 class SubmittedJob:
     id: str
@@ -36,6 +49,8 @@ class SubmittedJob:
     policy: str | None = None
     """``"poison"``: a job whose task always fails; its run ends ``failed`` (dead-lettered) by
     the attempts policy, a recorded final state, not a loss."""
+    expression: str = "* * * * * *"
+    """A cron job's expression: one of ``CRON_PERIODS``."""
 
     def planned_fires(self) -> list[datetime] | None:
         """The fire times this job must have run at; None for a now job (one run, whenever the
@@ -46,9 +61,11 @@ class SubmittedJob:
             assert self.at is not None
             return [self.at]
         assert self.cancelled_at is not None, f"cron job {self.id} was never cancelled"
-        first = math.floor(self.created_at.timestamp()) + 1  # strictly after the creation
-        last = math.floor(self.cancelled_at.timestamp())  # at or before the cancel
-        return [datetime.fromtimestamp(s, UTC) for s in range(first, last + 1)]
+        period = CRON_PERIODS[self.expression]
+        # Strictly after the creation, at or before the cancel, on the period's instants.
+        first = (math.floor(self.created_at.timestamp()) // period + 1) * period
+        last = math.floor(self.cancelled_at.timestamp())
+        return [datetime.fromtimestamp(s, UTC) for s in range(first, last + 1, period)]
 
 
 @dataclass(frozen=True, slots=True)

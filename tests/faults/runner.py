@@ -145,6 +145,10 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
                 t_detect=timings["ONBEAT_LEASE_TTL"] + 2,
                 t_release=scenario.t_release,
                 fault_window=timings["ONBEAT_LEASE_TTL"] + 4,
+                t_takeover=(
+                    timings["ONBEAT_SHARD_LEASE_TTL"] + 2 if scenario.measure_takeover else None
+                ),
+                burst_p99=scenario.burst_p99,
             ),
             {"timings": timings, "queue": "redis",
              "processes": f"1 api, {scenario.schedulers} schedulers, {scenario.workers} workers"},
@@ -222,6 +226,9 @@ def _drive(
 ) -> Report:
     """Load, faults, cancel, drain, check. ``submit_first``: all one-shots are submitted before
     the first fault (the embedded node's API dies with it)."""
+    if scenario.starts_at is not None:
+        period, phase = scenario.starts_at
+        time.sleep((phase - time.time()) % period)
     acks = AckLog(artifacts / "acks.jsonl")
     load = LoadGenerator(api, scenario.workload, seed, acks)
     victims = [slot for role in scenario.victims for slot in supervisor.slots_of(role)]
@@ -307,10 +314,11 @@ def _held_at_death(db: str, pid: int, held_by: Callable[[int], set[str]]) -> set
     return held_by(pid) | {row[0] for row in lost}
 
 
-def _none_left(db: str, count: str) -> bool:
-    """``count`` is 0; a connection the shared server refuses ("too many clients") is a no."""
+def _none_left(db: str, count_sql: str) -> bool:
+    """``count_sql`` counts 0; a connection the shared server refuses (too many clients, while
+    other suites run beside this one) is "not yet", asked again at the next poll."""
     try:
-        return bool(query(db, count)[0][0] == 0)
+        return bool(query(db, count_sql)[0][0] == 0)
     except psycopg.OperationalError:
         return False
 

@@ -5,6 +5,7 @@ SQLite node."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.faults.loadgen import Special, Workload
 from tests.faults.nemesis import PlannedFault, ServiceFault, mixed_plan, random_plan
 from tests.faults.postgres_faults import postgres_plan, postgres_services
 from tests.faults.redis_faults import redis_plan, redis_services
+from tests.faults.schedulers import scheduler_services, takeover_plan
 
 if TYPE_CHECKING:
     from tests.faults.runner import FleetContext
@@ -102,6 +104,12 @@ class Scenario:
     fleet's env (S7: libfaketime for one scheduler and one worker)."""
     private_postgres: bool = False
     """Run the fleet on a PostgreSQL cluster of the scenario's own (its faults restart it)."""
+    starts_at: tuple[float, float] | None = None
+    """(period, phase): the load starts when Unix time modulo ``period`` is ``phase``."""
+    measure_takeover: bool = False
+    """Measure ``t_takeover`` of the scheduler faults and audit materialisations (S4)."""
+    burst_p99: float | None = None
+    """Bound on the start-delay p99 of the one-shots all due at one instant (S8)."""
 
 
 SCENARIOS = {
@@ -194,6 +202,42 @@ SCENARIOS = {
         services=postgres_services,
         private_postgres=True,
     ),
+    "S4": Scenario(
+        "S4",
+        "scheduler failover: kill -9 the scheduler holding most shards (x2), kill -STOP another"
+        " for 2 x the shard TTL (a zombie), 3 schedulers",
+        Workload(
+            batches=80,
+            batch=63,
+            pace=0.5,
+            due_within=(1.0, 5.0),
+            crons=0,
+            schedules=(("*/10 * * * * *", 400), ("0 * * * * *", 100)),
+        ),
+        load_seconds=44,
+        plan=functools.partial(takeover_plan, pause=2 * FLEET_TIMINGS["ONBEAT_SHARD_LEASE_TTL"]),
+        schedulers=3,
+        services=scheduler_services,
+        starts_at=(10.0, 0.0),
+        measure_takeover=True,
+    ),
+    "S8": Scenario(
+        "S8",
+        "thundering herd: 5,000 one-shots due at one minute boundary with 1,000 every-minute"
+        " cron jobs, the load started 15 s before it; no faults",
+        Workload(
+            batches=10,
+            batch=500,
+            pace=0.5,
+            due_within=(10.0, 10.0),
+            crons=0,
+            schedules=(("* * * * *", 1000),),
+            due_at_next=60.0,
+        ),
+        load_seconds=30,
+        starts_at=(60.0, 45.0),
+        burst_p99=START_DELAY_P99,
+    ),
     "S11": Scenario(
         "S11",
         "embedded SQLite node (onbeat up) kill -9 x5, restarted after 1 s",
@@ -217,7 +261,7 @@ SCENARIOS["N1"] = Scenario(
     schedulers=3,
 )
 PROFILES = {
-    "quick": ("S0", "S1", "S2", "S3", "S5", "S6", "S7", "S9", "S10", "S11"),
+    "quick": ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11"),
     "nightly": ("N1",),
 }
 """``quick`` runs in CI (``tests/faults/test_scenarios.py``); ``nightly`` by hand. S9 and S10 are

@@ -1,11 +1,15 @@
-"""Fast checks of the suite's own parts: the nemesis's plan is the seed's, and the checker's
-percentile is the one its table claims."""
+"""Fast checks of the suite's own parts: the nemesis's plan is the seed's, the checker's
+percentile is the one its table claims, and the oracle's cron fire times are the expressions'."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from tests.faults import summary
 from tests.faults.checker import Report, percentile
 from tests.faults.nemesis import PlannedFault, mixed_plan, random_plan
+from tests.faults.oracle import SubmittedJob
+from tests.faults.schedulers import KILL, PAUSE, takeover_plan
 
 
 def kill_plan(
@@ -47,3 +51,35 @@ def test_summary_table__a_column_per_scenario_failures_marked() -> None:
     assert "| `runs_lost` | 0 | **3** ✗ |" in lines
     assert "| `start_delay_p99` | 0.050 | — |" in lines
     assert lines[-1] == "| **result** | PASS | **FAIL** |"
+
+
+def _cron(expression: str, created: str, cancelled: str) -> SubmittedJob:
+    return SubmittedJob(
+        "job",
+        "cron",
+        datetime.fromisoformat(created),
+        cancelled_at=datetime.fromisoformat(cancelled),
+        expression=expression,
+    )
+
+
+def test_planned_fires__cron_periods_strictly_after_creation_up_to_the_cancel() -> None:
+    every_10s = _cron("*/10 * * * * *", "2026-11-30T20:00:09.9+00:00", "2026-11-30T20:00:40+00:00")
+    assert [f.second for f in every_10s.planned_fires() or []] == [10, 20, 30, 40]
+    on_the_10 = _cron("*/10 * * * * *", "2026-11-30T20:00:10+00:00", "2026-11-30T20:00:39.9+00:00")
+    assert [f.second for f in on_the_10.planned_fires() or []] == [20, 30]
+    minutely = _cron("0 * * * * *", "2026-11-30T20:00:00.5+00:00", "2026-11-30T20:03:00+00:00")
+    assert [(f.minute, f.second) for f in minutely.planned_fires() or []] == [
+        (1, 0),
+        (2, 0),
+        (3, 0),
+    ]
+    five_fields = _cron("* * * * *", "2026-11-30T19:59:45+00:00", "2026-11-30T20:00:05+00:00")
+    assert five_fields.planned_fires() == [datetime(2026, 11, 30, 20, 0, tzinfo=UTC)]
+
+
+def test_takeover_plan__kills_twice_then_a_pause_each_past_a_10s_mark() -> None:
+    plan = takeover_plan(7, [], 44.0, pause=8.0)
+    assert [f.kind for f in plan] == [KILL, KILL, PAUSE]
+    assert all(5.5 <= f.offset % 10 < 6.0 for f in plan)
+    assert plan[-1].lasts == 8.0 and plan[-1].offset + plan[-1].lasts < 44.0

@@ -45,6 +45,8 @@ POOL_SIZE = 8
 """Connections per process: a worker's claim, heartbeat and finish loops and a scheduler's timers
 each hold one for the length of one transaction."""
 CONNECT_TIMEOUT = 10.0
+"""No healthy process idles this long between two statements of a transaction, even on a busy
+box; a shorter shard lease TTL (tests) does not make the timeout shorter than this."""
 MIGRATION_LOCK = 7243000000
 """Advisory lock key: one process at a time applies migrations."""
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -59,8 +61,13 @@ HISTORY_TABLES = ("execution_history", "attempts")
 PARTITION_STORAGE = {"attempts": "WITH (fillfactor = 70)"}
 """Storage of a day partition, by parent: an attempt is updated once, when it ends, and room left
 in its page lets that update be HOT (no new index entry)."""
-_UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
-"""The server cannot be reached (down, restarting, connection lost): StoreUnavailableError."""
+_UNREACHABLE = (
+    psycopg.OperationalError,
+    PoolTimeout,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
+"""The server cannot be reached (down, restarting, connection lost, or the session ended because
+this process stalled inside a transaction): StoreUnavailableError."""
 
 
 def postgres_queries() -> dict[str, str]:

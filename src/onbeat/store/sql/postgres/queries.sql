@@ -421,11 +421,14 @@ WHERE owner = :owner AND lease_expires_at > :now
 RETURNING shard, epoch;
 
 -- name: shard_take
+-- FOR UPDATE: waits for a dispatch still writing under the previous owner's lease (its FOR KEY
+-- SHARE, shard_held), which a plain UPDATE of no key column would not.
 UPDATE shard_leases
 SET owner = :owner, lease_expires_at = :lease_expires_at, epoch = epoch + 1
 WHERE shard IN (SELECT shard FROM shard_leases
                 WHERE owner IS NULL OR lease_expires_at <= :now
-                ORDER BY shard LIMIT :wanted)
+                ORDER BY shard LIMIT :wanted
+                FOR UPDATE)
 RETURNING shard, epoch;
 
 -- name: shard_give_up
@@ -440,10 +443,12 @@ UPDATE shard_leases SET owner = NULL, lease_expires_at = 0 WHERE owner = :owner;
 DELETE FROM schedulers WHERE owner = :owner;
 
 -- name: shard_held
--- FOR SHARE: a takeover (shard_take) waits until this transaction's writes are committed, and
--- after it, this check fails: a stalled scheduler never writes to a shard it lost.
+-- FOR KEY SHARE: a takeover (shard_take locks the rows FOR UPDATE) waits until this
+-- transaction's writes are committed, and after it, this check fails: a stalled scheduler never
+-- writes to a shard it lost. The owner's own renewal (shard_renew, an UPDATE of no key column)
+-- does not wait for it: a long dispatch pass never lets its scheduler's leases lapse.
 SELECT shard, epoch FROM shard_leases WHERE owner = :owner AND lease_expires_at > :now
-FOR SHARE;
+FOR KEY SHARE;
 
 -- name: job_event_insert
 INSERT INTO job_events (job_id, at, kind, schedule_kind, schedule_expression, schedule_at, timezone)

@@ -1,0 +1,142 @@
+"""A process frozen inside a PostgreSQL transaction (``kill -STOP``, a VM pause, a long GC) must
+not stop the other schedulers for longer than its own leases last. Found by the fault suite's S4:
+a scheduler stopped inside ``shard_acquire`` held the shard map's advisory lock, and one stopped
+inside a dispatch held its lease rows ``FOR SHARE``; every other scheduler's renewal waited on
+it, their leases lapsed, and no run of any shard was dispatched until the frozen one resumed.
+The store has PostgreSQL end a session idle inside a transaction for longer than
+``IDLE_IN_TRANSACTION_TIMEOUT``, which releases its locks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+from onbeat.errors import StoreUnavailableError
+from onbeat.store.base import ShardLeases
+from onbeat.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, PostgresStore
+from onbeat.store.sql_store import Connection
+from onbeat.testing.clock import FakeClock
+from onbeat.testing.postgres import fresh_schema
+
+TIMEOUT = IDLE_IN_TRANSACTION_TIMEOUT
+SHARDS = 8
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with fresh_schema() as url:
+        yield url
+
+
+def _hold_shard_map(store: PostgresStore, c: Connection) -> None:
+    store._lock_shard_map(c)
+
+
+def _hold_lease_rows(store: PostgresStore, c: Connection) -> None:
+    leases = store.shard_acquire("scheduler-frozen", 0.3)
+    assert store._fenced_shards(c, leases) == list(range(SHARDS))  # its lease rows, FOR SHARE
+    time.sleep(0.4)  # the leases lapse: the others may take the shards over at once
+
+
+@pytest.mark.parametrize("hold", [_hold_shard_map, _hold_lease_rows], ids=["shard map", "leases"])
+def test_shard_acquire__a_process_frozen_in_a_transaction_holds_it_up_only_until_the_timeout(
+    url: str, hold: Callable[[PostgresStore, Connection], None]
+) -> None:
+    frozen = PostgresStore(url, shard_count=SHARDS)
+    other = PostgresStore(url, shard_count=SHARDS)
+    holding, thaw = threading.Event(), threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def freeze() -> None:
+        try:
+            with frozen._tx() as c:
+                hold(frozen, c)
+                holding.set()
+                thaw.wait(5 * TIMEOUT)  # frozen: no statement is sent
+                c.execute("SELECT 1")
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+        holding.set()
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        started = time.monotonic()
+        leases = other.shard_acquire("scheduler-live", 60)
+        took = time.monotonic() - started
+    finally:
+        thaw.set()
+        thread.join()
+        frozen.close()
+        other.close()
+    assert took < TIMEOUT + 2, f"the live scheduler waited {took:.1f} s on the frozen one"
+    assert leases.epochs, "the live scheduler took no shard"
+    assert isinstance(outcome[0], StoreUnavailableError), "the frozen transaction committed"
+
+
+def test_shard_acquire__a_long_dispatch_does_not_hold_up_its_own_renewal(url: str) -> None:
+    """Found by the fault suite's S8: a dispatch pass of 12 s (5,000 runs due at one instant) held
+    its lease rows FOR SHARE, its own scheduler's renewal (an UPDATE of those rows) waited for it
+    and the other schedulers' behind the shard map lock: the leases lapsed under load. The fence
+    only has to stop a *takeover* of the rows while the dispatch writes."""
+    clock = FakeClock()
+    dispatcher = PostgresStore(url, clock, shard_count=SHARDS)
+    other = PostgresStore(url, clock, shard_count=SHARDS)
+    try:
+        held = dispatcher.shard_acquire("scheduler-busy", 5)
+        with dispatcher._tx() as c:
+            assert dispatcher._fenced_shards(c, held) == list(range(SHARDS))
+            renewal = _within(2.0, lambda: dispatcher.shard_acquire("scheduler-busy", 5))
+            assert renewal is not None, "the renewal waited for its own dispatch"
+            assert renewal.epochs == held.epochs, "the renewal lost or re-took its shards"
+            clock.advance(6)  # were the dispatch still running after its leases lapsed,
+            waiting: list[ShardLeases] = []
+            takeover = threading.Thread(
+                target=lambda: waiting.append(other.shard_acquire("scheduler-live", 60))
+            )
+            takeover.start()
+            takeover.join(1.0)
+            assert not waiting, "a shard was taken over under a running dispatch's fence"
+        takeover.join(5.0)  # ... the takeover comes once it has committed
+        assert waiting and waiting[0].acquired, "the shards were not taken after the dispatch"
+    finally:
+        dispatcher.close()
+        other.close()
+
+
+def _within(seconds: float, call: Callable[[], ShardLeases]) -> ShardLeases | None:
+    """``call()``'s answer if it comes within ``seconds`` (it runs in a thread), else None."""
+    answer: list[ShardLeases] = []
+    thread = threading.Thread(target=lambda: answer.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return answer[0] if answer else None
+
+
+def test_a_frozen_transaction_releases_its_locks_within_the_idle_timeout(url: str) -> None:
+    frozen, other = PostgresStore(url), PostgresStore(url)
+    try:
+        with frozen._pool.connection() as conn:
+            conn.execute("BEGIN")
+            conn.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
+            # ... and the process freezes here: it sends nothing more.
+            began = time.monotonic()
+            with psycopg.connect(url, autocommit=True) as waiter:
+                waiter.execute("SET lock_timeout = '10s'")
+                waiter.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
+            waited = time.monotonic() - began
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):  # it wakes up
+                conn.execute("COMMIT")
+        assert TIMEOUT - 0.5 < waited < TIMEOUT + 2
+        assert other.now() is not None  # the pool of the frozen store replaces the connection
+        assert frozen.now() is not None
+    finally:
+        frozen.close()
+        other.close()
