@@ -122,9 +122,12 @@ SELECT * FROM runs WHERE job_id = :job_id AND status IN ('scheduled', 'queued');
 SELECT e.id, e.job_id, e.trigger, e.status, e.scheduled_for, e.due_at, e.attempt, e.shard,
        j.priority, j.next_fire_at, j.schedule_kind, j.schedule_expression, j.schedule_at,
        j.timezone, j.misfire, j.catchup_window, j.jitter,
-       (SELECT min(n.scheduled_for) FROM executions n
-        WHERE n.job_id = e.job_id AND n.trigger = 'schedule' AND n.scheduled_for > e.scheduled_for)
-         AS next_recorded
+       -- Read only where plan_dispatch uses it (a cron run's first dispatch): a burst of
+       -- one-shot runs must not probe the history's every day partition per run.
+       CASE WHEN j.schedule_kind = 'cron' AND e.attempt = 0 AND e.trigger = 'schedule' THEN
+         (SELECT min(n.scheduled_for) FROM executions n
+          WHERE n.job_id = e.job_id AND n.trigger = 'schedule' AND n.scheduled_for > e.scheduled_for)
+       END AS next_recorded
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.shard IN (SELECT value FROM json_each(:shards))
   AND e.status = 'scheduled'
