@@ -11,7 +11,6 @@ reads the local wall clock with zoneinfo, matches the sets, and applies the DST 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from onbeat.schedule import DstFlag, FireTime, Schedule
+from tests.faults.dst_reference import MINUTE, Transition, offset_at, transitions
 
-MINUTE = timedelta(minutes=1)
 WINDOW = timedelta(hours=30)
 
 ZONES = [
@@ -57,47 +56,6 @@ HISTORIC = [
 
 
 # --- transitions, found by scanning with zoneinfo ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Transition:
-    at: datetime  # aware UTC: the first instant with the new offset
-    before: timedelta  # UTC offset just before
-    after: timedelta  # UTC offset from `at` on
-
-
-def offset_at(zone: ZoneInfo, instant: datetime) -> timedelta:
-    offset = instant.astimezone(zone).utcoffset()
-    assert offset is not None
-    return offset
-
-
-@functools.cache
-def transitions(name: str, first_year: int, end_year: int) -> tuple[Transition, ...]:
-    """Every offset change in [first_year, end_year), to the minute: daily samples, then bisection."""
-    zone = ZoneInfo(name)
-    found: list[Transition] = []
-    day = datetime(first_year, 1, 1, tzinfo=UTC)
-    end = datetime(end_year, 1, 1, tzinfo=UTC)
-    previous = offset_at(zone, day)
-    while day < end:
-        following = day + timedelta(days=1)
-        offset = offset_at(zone, following)
-        if offset != previous:
-            lo, hi = day, following  # offset(lo) == previous != offset(hi)
-            while hi - lo > MINUTE:
-                mid = lo + (hi - lo) / 2
-                mid = mid.replace(second=0, microsecond=0)
-                if offset_at(zone, mid) == previous:
-                    lo = mid
-                else:
-                    hi = mid
-            found.append(Transition(hi, previous, offset))
-        previous, day = offset, following
-    return tuple(found)
-
-
-# --- expressions, generated with their meaning -----------------------------------------------------
 
 
 @dataclass(frozen=True)
