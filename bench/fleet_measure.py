@@ -71,8 +71,19 @@ class CpuMonitor:
     CPU time since ``mark`` (or since it appeared); a backend that exits between two samples
     loses at most one interval."""
 
-    def __init__(self, admin_url: str, app_names: Sequence[str], interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        admin_url: str,
+        app_names: Sequence[str],
+        interval: float = 0.5,
+        databases: Sequence[str] = (),
+        unnamed_role: str = "queue",
+    ) -> None:
         self.admin_url, self.app_names, self.interval = admin_url, list(app_names), interval
+        self.databases = list(databases)
+        """Every client backend of these databases counts too (``bench/peers``: a peer's own)."""
+        self.unnamed_role = unnamed_role
+        """The role of a counted backend whose ``application_name`` names none."""
         self.tracked: dict[int, Tracked] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -96,15 +107,16 @@ class CpuMonitor:
     def sample(self, conn: psycopg.Connection[Any]) -> None:
         rows = conn.execute(
             "SELECT pid, backend_type, application_name FROM pg_stat_activity"
-            " WHERE (backend_type = 'client backend' AND application_name LIKE ANY(%s))"
+            " WHERE (backend_type = 'client backend'"
+            " AND (application_name LIKE ANY(%s) OR datname = ANY(%s)))"
             " OR backend_type <> 'client backend'",
-            (self.app_names,),
+            (self.app_names, self.databases),
         ).fetchall()
         with self._lock:
             for pid, backend_type, app_name in rows:
                 if pid not in self.tracked:
                     client = backend_type == "client backend"
-                    role = app_name.rsplit("/", 1)[-1] if "/" in app_name else "queue"
+                    role = app_name.rsplit("/", 1)[-1] if "/" in app_name else self.unnamed_role
                     group = f"postgres:{role}" if client else "postgres_background"
                     self.tracked[pid] = Tracked(f"pg:{backend_type}", group)
             for pid, t in self.tracked.items():
@@ -250,25 +262,30 @@ class Starts:
         return True
 
     def figures(self, expected: int) -> dict[str, Any]:
-        """Start delays (first start of each run), early starts, lost and duplicated."""
-        first: dict[str, tuple[float, float]] = {}
-        times: dict[str, int] = {}
-        for eid, scheduled, started in self.runs:
-            times[eid] = times.get(eid, 0) + 1
-            if eid not in first:
-                first[eid] = (scheduled, started)
-        delays = sorted(started - scheduled for scheduled, started in first.values())
-        starts = sorted(started for _, started in first.values())
-        return {
-            "started": len(first),
-            "lost": max(0, expected - len(first)),
-            "duplicated": sum(1 for n in times.values() if n > 1),
-            "early": sum(1 for d in delays if d < 0),
-            "delay_p50_s": round(percentile(delays, 50), 3),
-            "delay_p95_s": round(percentile(delays, 95), 3),
-            "delay_p99_s": round(percentile(delays, 99), 3),
-            "delay_max_s": round(delays[-1], 3) if delays else None,
-            "late_over_1s": sum(1 for d in delays if d > LATE),
-            "first_start": starts[0] if starts else None,
-            "last_start": starts[-1] if starts else None,
-        }
+        return start_figures(self.runs, expected)
+
+
+def start_figures(runs: Sequence[tuple[str, float, float]], expected: int) -> dict[str, Any]:
+    """Start delays (first start of each run), early starts, lost and duplicated, of ``expected``
+    runs given their start lines ``(run_id, scheduled, started)``."""
+    first: dict[str, tuple[float, float]] = {}
+    times: dict[str, int] = {}
+    for eid, scheduled, started in runs:
+        times[eid] = times.get(eid, 0) + 1
+        if eid not in first:
+            first[eid] = (scheduled, started)
+    delays = sorted(started - scheduled for scheduled, started in first.values())
+    starts = sorted(started for _, started in first.values())
+    return {
+        "started": len(first),
+        "lost": max(0, expected - len(first)),
+        "duplicated": sum(1 for n in times.values() if n > 1),
+        "early": sum(1 for d in delays if d < 0),
+        "delay_p50_s": round(percentile(delays, 50), 3),
+        "delay_p95_s": round(percentile(delays, 95), 3),
+        "delay_p99_s": round(percentile(delays, 99), 3),
+        "delay_max_s": round(delays[-1], 3) if delays else None,
+        "late_over_1s": sum(1 for d in delays if d > LATE),
+        "first_start": starts[0] if starts else None,
+        "last_start": starts[-1] if starts else None,
+    }
