@@ -23,6 +23,9 @@ CRON_JOBS = int(os.environ.get("PEERS_CRON_JOBS", "0") or 0)
 EVERY_MINUTE = "* * * * *"
 
 Submit = Callable[[list[str], float | None], None]
+LIVE = False
+"""Set by ``--live``: the peer's processes are running (APScheduler takes runs through its
+running scheduler then, and from its job store before it starts)."""
 
 
 def run_ids(prefix: str, count: int) -> list[str]:
@@ -35,7 +38,10 @@ def main(submit: Submit, argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prefix", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--at", type=float, help="epoch seconds the runs are due (default: now)")
+    p.add_argument("--live", action="store_true", help="the peer's processes are running")
     args = p.parse_args(argv)
+    global LIVE
+    LIVE = args.live
     t0 = time.perf_counter()
     submit(run_ids(args.prefix, args.count), args.at)
     print(f"submitted {args.count} in {time.perf_counter() - t0:.3f} s", file=sys.stderr)

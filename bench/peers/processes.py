@@ -36,6 +36,19 @@ NOT_PEER = ("submit", "postgres:submit", "postgres_background")
 PostgreSQL's server-wide background processes (shared with everyone on the box)."""
 
 
+def admin_connection(wait: float = 60) -> psycopg.Connection[Any]:
+    """An autocommit connection to the server, retried while it refuses for a while (the shared
+    server at ``max_connections`` under other test suites)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return psycopg.connect(SERVER, autocommit=True)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def load_spec(name: str) -> PeerSpec:
     spec: PeerSpec = importlib.import_module(f"bench.peers.{name}").SPEC
     return spec
@@ -99,7 +112,7 @@ class PeerRun:
     # --- lifecycle ----------------------------------------------------------------------------
     def __enter__(self) -> PeerRun:
         if "postgres" in self.spec.services:
-            with psycopg.connect(SERVER, autocommit=True) as conn:
+            with admin_connection() as conn:
                 conn.execute(f'CREATE DATABASE "{self.database}"')
         if "redis" in self.spec.services:
             self.redis = PrivateRedis(self.workdir / "redis")
@@ -124,7 +137,7 @@ class PeerRun:
         if self.redis is not None:
             self.redis.stop()
         if "postgres" in self.spec.services and not self.keep:
-            with psycopg.connect(SERVER, autocommit=True) as conn:
+            with admin_connection() as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
     def env(self, name: str) -> dict[str, str]:
@@ -216,7 +229,8 @@ class PeerRun:
         t0 = time.time()
         argv = ("python", "-m", f"bench.peers.{self.spec.name}.app", "submit",
                 "--prefix", prefix, "--count", str(count),
-                *(("--at", f"{at:.6f}") if at is not None else ()))  # fmt: skip
+                *(("--at", f"{at:.6f}") if at is not None else ()),
+                *(("--live",) if self.procs else ()))  # fmt: skip
         proc = self.start(argv, "submit")
         try:
             status = proc.wait(timeout=timeout)
@@ -244,6 +258,6 @@ class PeerRun:
         return time.time() - t0
 
     def cpu_report(self) -> dict[str, Any]:
-        with psycopg.connect(SERVER, autocommit=True) as conn:
+        with admin_connection() as conn:
             self.monitor.sample(conn)  # the backends end with the processes: last figures now
         return self.monitor.report()

@@ -182,7 +182,7 @@ def run_workload(peer: str, workload: str, args: argparse.Namespace) -> dict[str
     size = SIZES[args.size]
     result: dict[str, Any] = {"peer": peer, "workload": workload, "size": args.size}
     if workload == "W3" and spec.cron != "workers" and spec.cron != "scheduler":
-        return {**result, "skipped": spec.cron}
+        return {**result, "skipped": spec.cron.removeprefix("n/a: ")}
     venv = ensure_venv(peer)
     cron_jobs = size.w3_jobs if workload == "W3" else 0
     load_before = os.getloadavg()
