@@ -17,15 +17,15 @@ CRON_EARLY = 5.0
 """A cron run that starts up to this many seconds before a minute boundary is counted for that
 boundary (as early); later than ``60 - CRON_EARLY`` after it, it would count for the next one."""
 
-_files: dict[tuple[int, str], int] = {}
+_files: dict[str, int] = {}
 
 
 def _fd(kind: str) -> int:
-    key = (os.getpid(), kind)  # a forked child (Celery's prefork pool, RQ) opens its own
-    fd = _files.get(key)
+    # by path, which names the pid: a forked child (Celery's prefork pool, RQ) opens its own
+    path = os.path.join(os.environ[LEDGER_DIR], f"{kind}-{os.getpid()}.txt")
+    fd = _files.get(path)
     if fd is None:
-        path = os.path.join(os.environ[LEDGER_DIR], f"{kind}-{os.getpid()}.txt")
-        fd = _files[key] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = _files[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     return fd
 
 
