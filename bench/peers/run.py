@@ -282,13 +282,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="W1: seconds after launch, W2: after the due time, to give up")  # fmt: skip
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "peers")
     p.add_argument("--keep", action="store_true", help="keep the peer's database")
+    p.add_argument("--report", action="store_true",
+                   help="run nothing: the summary of the latest saved result of each peer, "
+                        "workload and size in --out")  # fmt: skip
     return p.parse_args(argv)
+
+
+def saved_results(
+    out: Path, peers: Sequence[str], workloads: Sequence[str], size: str
+) -> list[dict[str, Any]]:
+    """The latest result saved in ``out`` for each peer and workload (of ``size``)."""
+    found: list[dict[str, Any]] = []
+    for peer in peers:
+        for workload in workloads:
+            paths = sorted(out.glob(f"{peer}-{workload}-{size}-*.json"))
+            if paths:
+                found.append(json.loads(paths[-1].read_text())["result"])
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     peers = PEER_NAMES if args.peer == "all" else (args.peer,)
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
+    if args.report:
+        print_summary(saved_results(args.out, peers, workloads, args.size))
+        return 0
     env = environment()
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
