@@ -23,14 +23,18 @@ LATE = 1.0
 
 
 # --- processes and /proc --------------------------------------------------------------------------
-def proc_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of ``pid`` (None once it is gone)."""
+def proc_cpu_seconds(pid: int, reaped_children: bool = False) -> float | None:
+    """utime + stime of ``pid`` (None once it is gone), plus cutime + cstime (its children that
+    ended and that it waited for) if ``reaped_children``."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
 
 
 def proc_peak_rss_mib(pid: int) -> float | None:
@@ -60,6 +64,13 @@ class Tracked:
     baseline: float = 0.0
     last: float = 0.0
     peak_rss_mib: float | None = None
+    reaped_children: bool = False
+    """Its figure includes the children it forked, ran and waited for (``bench/peers``: RQ's
+    work horse per job, too short-lived to be sampled)."""
+    in_parent: bool = False
+    """A child whose parent counts ``reaped_children``: once it is gone, its time is in the
+    parent's figure, so it is not counted again."""
+    gone: bool = False
 
 
 class CpuMonitor:
@@ -89,9 +100,18 @@ class CpuMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, pid: int, name: str, group: str) -> None:
+    def add(
+        self,
+        pid: int,
+        name: str,
+        group: str,
+        reaped_children: bool = False,
+        in_parent: bool = False,
+    ) -> None:
         with self._lock:
-            self.tracked[pid] = Tracked(name, group)
+            self.tracked[pid] = Tracked(
+                name, group, reaped_children=reaped_children, in_parent=in_parent
+            )
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="cpu-monitor", daemon=True)
@@ -120,8 +140,9 @@ class CpuMonitor:
                     group = f"postgres:{role}" if client else "postgres_background"
                     self.tracked[pid] = Tracked(f"pg:{backend_type}", group)
             for pid, t in self.tracked.items():
-                cpu = proc_cpu_seconds(pid)
+                cpu = proc_cpu_seconds(pid, t.reaped_children)
                 if cpu is None:
+                    t.gone = True
                     continue
                 if t.last == 0.0 and t.baseline == 0.0 and t.group == "postgres_background":
                     t.baseline = cpu  # a server-wide process: count from when we first saw it
@@ -134,7 +155,7 @@ class CpuMonitor:
         """From now on: each process's CPU counts from its current value."""
         with self._lock:
             for pid, t in self.tracked.items():
-                cpu = proc_cpu_seconds(pid)
+                cpu = proc_cpu_seconds(pid, t.reaped_children)
                 t.baseline = t.last = cpu if cpu is not None else t.last
 
     def stop(self) -> None:
@@ -147,6 +168,8 @@ class CpuMonitor:
         out: dict[str, Any] = {}
         with self._lock:
             for t in self.tracked.values():
+                if t.in_parent and t.gone:
+                    continue
                 entry = out.setdefault(t.group, {"cpu_s": 0.0, "processes": 0})
                 entry["cpu_s"] = round(entry["cpu_s"] + max(0.0, t.last - t.baseline), 3)
                 entry["processes"] += 1

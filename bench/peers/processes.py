@@ -173,7 +173,7 @@ class PeerRun:
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         self.procs[name] = proc
-        self.monitor.add(proc.pid, name, name)
+        self.monitor.add(proc.pid, name, name, reaped_children=True)
         return proc
 
     def start_workers(self, with_scheduler: bool = False) -> None:
@@ -214,13 +214,14 @@ class PeerRun:
             self.adopt_children()
 
     def adopt_children(self) -> None:
-        """Count what the peer's processes forked (Celery's pool, Dramatiq's workers, RQ's work
-        horses) under the process that forked them."""
+        """Count what the peer's processes forked (Celery's pool, Dramatiq's workers) under the
+        process that forked them; a child that ended and was waited for (RQ's work horse per
+        job, most too short-lived to be seen here) is in its parent's figure."""
         roots = {proc.pid: name for name, proc in self.procs.items()}
         known = set(self.monitor.tracked)
         for pid, root in children_of(set(roots)).items():
             if pid not in known:
-                self.monitor.add(pid, f"{roots[root]}-child", roots[root])
+                self.monitor.add(pid, f"{roots[root]}-child", roots[root], in_parent=True)
 
     # --- submitting -----------------------------------------------------------------------------
     def submit(self, prefix: str, count: int, at: float | None, timeout: float = 600) -> float:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bench.fleet_measure import Starts, start_figures
+from bench.fleet_measure import CpuMonitor, Starts, start_figures
 from bench.peers import ledger
 from bench.peers.processes import PEER_NAMES, children_of, load_spec
 
@@ -94,3 +94,49 @@ def test_specs__every_peer_has_pinned_requirements_and_a_worker(name: str) -> No
     assert (spec.cron == "scheduler") == (spec.scheduler is not None)
     requirements = (Path("bench/peers") / name / "requirements.txt").read_text().split()
     assert requirements and all("==" in line for line in requirements)
+
+
+class _NoBackends:
+    """Stands in for the admin connection: no PostgreSQL backend to count."""
+
+    def execute(self, *args: object) -> _NoBackends:
+        return self
+
+    def fetchall(self) -> list[tuple[int, str, str]]:
+        return []
+
+
+FORKS_A_BUSY_CHILD = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    t = time.process_time()
+    while time.process_time() - t < 0.3:
+        pass
+    os._exit(0)
+print(child, flush=True)
+os.waitpid(child, 0)
+print("reaped", flush=True)
+time.sleep(30)
+"""
+
+
+def test_cpu_monitor__a_child_its_parent_waited_for_counts_once_in_the_parent() -> None:
+    monitor = CpuMonitor("unused", [])
+    parent = subprocess.Popen([sys.executable, "-c", FORKS_A_BUSY_CHILD], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        monitor.add(parent.pid, "worker-0", "worker-0", reaped_children=True)
+        monitor.mark()
+        child = int(parent.stdout.readline())
+        monitor.add(child, "worker-0-child", "worker-0", in_parent=True)
+        monitor.sample(_NoBackends())  # type: ignore[arg-type]
+        assert parent.stdout.readline().strip() == b"reaped"
+        monitor.sample(_NoBackends())  # type: ignore[arg-type]
+        cpu = monitor.report()["worker-0"]["cpu_s"]
+        assert 0.28 <= cpu < 0.5  # the child's 0.3 s, once
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
