@@ -37,13 +37,15 @@ def record(run_id: str, planned: float, started: float | None = None) -> None:
 
 
 def cron_fire_time(started: float) -> float:
-    """The minute boundary a cron run that started at ``started`` belongs to (most peers do not
-    tell their task its fire time, so every peer is measured this way)."""
+    """The minute boundary a cron run that started at ``started`` belongs to, for a peer that
+    does not tell its task the fire time (Celery, RQ, APScheduler, PgQueuer): a run more than
+    ``60 - CRON_EARLY`` s late counts for the next boundary (as an early start, or a duplicate)."""
     return float(math.floor((started + CRON_EARLY) / 60) * 60)
 
 
-def record_cron(job: int | str) -> None:
-    """One run of every-minute cron job ``job``; its id is ``c<job>@<fire time>``."""
+def record_cron(job: int | str, fire: float | None = None) -> None:
+    """One run of every-minute cron job ``job``; its id is ``c<job>@<fire time>``. ``fire``:
+    the fire time the peer gave the run, if it gives one (else ``cron_fire_time``)."""
     started = time.time()
-    fire = cron_fire_time(started)
+    fire = cron_fire_time(started) if fire is None else fire
     record(f"c{job}@{int(fire)}", fire, started)

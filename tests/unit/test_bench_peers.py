@@ -140,3 +140,12 @@ def test_cpu_monitor__a_child_its_parent_waited_for_counts_once_in_the_parent() 
         parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+def test_record_cron__takes_the_fire_time_the_peer_gives(ledger_dir: Path) -> None:
+    ledger.record_cron(3, 60.0)  # started long after: still the run of 60, late
+    starts = Starts(ledger_dir)
+    starts.read()
+    [(run_id, planned, started)] = starts.runs
+    assert (run_id, planned) == ("c3@60", 60.0)
+    assert started - planned > 1_000

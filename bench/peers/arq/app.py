@@ -22,8 +22,10 @@ async def noop(ctx: dict[str, Any], run_id: str, planned: float) -> None:
 
 
 async def cron_noop(ctx: dict[str, Any]) -> None:
-    # arq's id of a cron run is ``<name>:<fire time ms>``; the job's index is in the name
-    ledger.record_cron(ctx["job_id"].split(":")[0].removeprefix("cron-"))
+    # arq's id of a cron run is ``<name>:<fire time ms>``: the fire time is 0.123456 s past the
+    # minute boundary (arq's default microsecond), the boundary is the planned time
+    name, fire_ms = ctx["job_id"].split(":")
+    ledger.record_cron(name.removeprefix("cron-"), float(int(fire_ms) // 60_000 * 60))
 
 
 class WorkerSettings:

@@ -24,7 +24,7 @@ async def noop(run_id: str, planned: float) -> None:
 
 @app.task(name="cron")
 async def cron(timestamp: int, job: int) -> None:
-    ledger.record_cron(job)
+    ledger.record_cron(job, float(timestamp))  # the periodic deferrer's fire time
 
 
 for _i in range(adapter.CRON_JOBS):
