@@ -23,14 +23,18 @@ LATE = 1.0
 
 
 # --- processes and /proc --------------------------------------------------------------------------
-def proc_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of ``pid`` (None once it is gone)."""
+def proc_cpu_seconds(pid: int, reaped_children: bool = False) -> float | None:
+    """utime + stime of ``pid`` (None once it is gone), plus cutime + cstime (its children that
+    ended and that it waited for) if ``reaped_children``."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
 
 
 def proc_peak_rss_mib(pid: int) -> float | None:
@@ -60,6 +64,13 @@ class Tracked:
     baseline: float = 0.0
     last: float = 0.0
     peak_rss_mib: float | None = None
+    reaped_children: bool = False
+    """Its figure includes the children it forked, ran and waited for (``bench/peers``: RQ's
+    work horse per job, too short-lived to be sampled)."""
+    in_parent: bool = False
+    """A child whose parent counts ``reaped_children``: once it is gone, its time is in the
+    parent's figure, so it is not counted again."""
+    gone: bool = False
 
 
 class CpuMonitor:
@@ -71,16 +82,36 @@ class CpuMonitor:
     CPU time since ``mark`` (or since it appeared); a backend that exits between two samples
     loses at most one interval."""
 
-    def __init__(self, admin_url: str, app_names: Sequence[str], interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        admin_url: str,
+        app_names: Sequence[str],
+        interval: float = 0.5,
+        databases: Sequence[str] = (),
+        unnamed_role: str = "queue",
+    ) -> None:
         self.admin_url, self.app_names, self.interval = admin_url, list(app_names), interval
+        self.databases = list(databases)
+        """Every client backend of these databases counts too (``bench/peers``: a peer's own)."""
+        self.unnamed_role = unnamed_role
+        """The role of a counted backend whose ``application_name`` names none."""
         self.tracked: dict[int, Tracked] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, pid: int, name: str, group: str) -> None:
+    def add(
+        self,
+        pid: int,
+        name: str,
+        group: str,
+        reaped_children: bool = False,
+        in_parent: bool = False,
+    ) -> None:
         with self._lock:
-            self.tracked[pid] = Tracked(name, group)
+            self.tracked[pid] = Tracked(
+                name, group, reaped_children=reaped_children, in_parent=in_parent
+            )
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="cpu-monitor", daemon=True)
@@ -96,20 +127,22 @@ class CpuMonitor:
     def sample(self, conn: psycopg.Connection[Any]) -> None:
         rows = conn.execute(
             "SELECT pid, backend_type, application_name FROM pg_stat_activity"
-            " WHERE (backend_type = 'client backend' AND application_name LIKE ANY(%s))"
+            " WHERE (backend_type = 'client backend'"
+            " AND (application_name LIKE ANY(%s) OR datname = ANY(%s)))"
             " OR backend_type <> 'client backend'",
-            (self.app_names,),
+            (self.app_names, self.databases),
         ).fetchall()
         with self._lock:
             for pid, backend_type, app_name in rows:
                 if pid not in self.tracked:
                     client = backend_type == "client backend"
-                    role = app_name.rsplit("/", 1)[-1] if "/" in app_name else "queue"
+                    role = app_name.rsplit("/", 1)[-1] if "/" in app_name else self.unnamed_role
                     group = f"postgres:{role}" if client else "postgres_background"
                     self.tracked[pid] = Tracked(f"pg:{backend_type}", group)
             for pid, t in self.tracked.items():
-                cpu = proc_cpu_seconds(pid)
+                cpu = proc_cpu_seconds(pid, t.reaped_children)
                 if cpu is None:
+                    t.gone = True
                     continue
                 if t.last == 0.0 and t.baseline == 0.0 and t.group == "postgres_background":
                     t.baseline = cpu  # a server-wide process: count from when we first saw it
@@ -122,7 +155,7 @@ class CpuMonitor:
         """From now on: each process's CPU counts from its current value."""
         with self._lock:
             for pid, t in self.tracked.items():
-                cpu = proc_cpu_seconds(pid)
+                cpu = proc_cpu_seconds(pid, t.reaped_children)
                 t.baseline = t.last = cpu if cpu is not None else t.last
 
     def stop(self) -> None:
@@ -135,6 +168,8 @@ class CpuMonitor:
         out: dict[str, Any] = {}
         with self._lock:
             for t in self.tracked.values():
+                if t.in_parent and t.gone:
+                    continue
                 entry = out.setdefault(t.group, {"cpu_s": 0.0, "processes": 0})
                 entry["cpu_s"] = round(entry["cpu_s"] + max(0.0, t.last - t.baseline), 3)
                 entry["processes"] += 1
@@ -257,25 +292,30 @@ class Starts:
         return True
 
     def figures(self, expected: int) -> dict[str, Any]:
-        """Start delays (first start of each run), early starts, lost and duplicated."""
-        first: dict[str, tuple[float, float]] = {}
-        times: dict[str, int] = {}
-        for eid, scheduled, started in self.runs:
-            times[eid] = times.get(eid, 0) + 1
-            if eid not in first:
-                first[eid] = (scheduled, started)
-        delays = sorted(started - scheduled for scheduled, started in first.values())
-        starts = sorted(started for _, started in first.values())
-        return {
-            "started": len(first),
-            "lost": max(0, expected - len(first)),
-            "duplicated": sum(1 for n in times.values() if n > 1),
-            "early": sum(1 for d in delays if d < 0),
-            "delay_p50_s": round(percentile(delays, 50), 3),
-            "delay_p95_s": round(percentile(delays, 95), 3),
-            "delay_p99_s": round(percentile(delays, 99), 3),
-            "delay_max_s": round(delays[-1], 3) if delays else None,
-            "late_over_1s": sum(1 for d in delays if d > LATE),
-            "first_start": starts[0] if starts else None,
-            "last_start": starts[-1] if starts else None,
-        }
+        return start_figures(self.runs, expected)
+
+
+def start_figures(runs: Sequence[tuple[str, float, float]], expected: int) -> dict[str, Any]:
+    """Start delays (first start of each run), early starts, lost and duplicated, of ``expected``
+    runs given their start lines ``(run_id, scheduled, started)``."""
+    first: dict[str, tuple[float, float]] = {}
+    times: dict[str, int] = {}
+    for eid, scheduled, started in runs:
+        times[eid] = times.get(eid, 0) + 1
+        if eid not in first:
+            first[eid] = (scheduled, started)
+    delays = sorted(started - scheduled for scheduled, started in first.values())
+    starts = sorted(started for _, started in first.values())
+    return {
+        "started": len(first),
+        "lost": max(0, expected - len(first)),
+        "duplicated": sum(1 for n in times.values() if n > 1),
+        "early": sum(1 for d in delays if d < 0),
+        "delay_p50_s": round(percentile(delays, 50), 3),
+        "delay_p95_s": round(percentile(delays, 95), 3),
+        "delay_p99_s": round(percentile(delays, 99), 3),
+        "delay_max_s": round(delays[-1], 3) if delays else None,
+        "late_over_1s": sum(1 for d in delays if d > LATE),
+        "first_start": starts[0] if starts else None,
+        "last_start": starts[-1] if starts else None,
+    }

@@ -1,0 +1,26 @@
+"""How the driver starts a peer (standard library only: each ``<peer>/__init__.py`` defines a
+``SPEC``, and the peers' venvs import those packages too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Argv = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    name: str
+    services: tuple[str, ...]
+    """``postgres`` (a fresh database of its own) and/or ``redis`` (a private redis-server)."""
+    workers: tuple[Argv, ...]
+    """One command per process the driver starts; ``argv[0]`` is a script of the peer's venv
+    (``python`` is its interpreter)."""
+    config: str
+    """What was chosen for 2 cores, and why (with the docs it follows)."""
+    setup: tuple[Argv, ...] = ()
+    """Run once before anything else (schema installation)."""
+    cron: str = "workers"
+    """W3: ``workers`` (the processes above fire the cron jobs), ``scheduler`` (``scheduler``
+    below fires them), or ``n/a: <why>``."""
+    scheduler: Argv | None = None
