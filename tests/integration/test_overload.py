@@ -133,10 +133,13 @@ async def leases_renewed_while_stuck(node: Node, clock: FakeClock, store: StuckS
         held = dict(scheduler.leases.epochs)
         assert sorted(held) == [0, 1, 2, 3]
         # Three shard lease TTLs go by while the store hangs. The loops that do not wait for it
-        # (three of renew, dispatch, reap, sweep) each sleep on the clock again after every pass.
+        # (six of the seven: renew, dispatch, reap, sweep, reconcile, backlog, history) each sleep
+        # on the clock again after every pass: time moves on only once every one of them is
+        # asleep again, the renewal's pass done (waiting for fewer let time run ahead of a renewal
+        # still in its thread, and the leases lapse in fake time on a busy box).
         for _ in range(round(3 * settings.shard_lease_ttl / settings.shard_renew_interval)):
             clock.advance(settings.shard_renew_interval)
-            await asyncio.wait_for(clock.until_sleeping(3), SAFETY_TIMEOUT)
+            await asyncio.wait_for(clock.until_sleeping(6), SAFETY_TIMEOUT)
         assert dict(scheduler.leases.epochs) == held, "a lease lapsed and was taken again"
         assert scheduler.stats.shards_taken == 4
         intruder = node.app.store.shard_acquire("scheduler-intruder", settings.shard_lease_ttl)

@@ -207,7 +207,10 @@ async def test_worker__task_pool_processes_runs_in_a_child_whatever_the_worker_p
     node.app.task(name="in_thread")(pool_tasks.pid)
     in_child = node.app.schedule("in_child")
     in_thread = node.app.schedule("in_thread")
-    await node.step()
+    try:
+        await node.step()
+    finally:
+        await node.worker.shutdown()  # the pool's child must not outlive the test
     assert node.execution(in_thread.id).result == os.getpid()
     child = node.execution(in_child.id)
     assert child.status is ExecutionStatus.SUCCEEDED
