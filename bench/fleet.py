@@ -60,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script (and as the loader): import bench.* from the repo
     sys.path.insert(0, str(REPO))
 
-from bench.fleet_measure import CpuMonitor, PgSampler, Starts  # noqa: E402
+from bench.fleet_measure import CpuMonitor, PgSampler, Starts, drain_figures  # noqa: E402
 
 APP = "bench.fleet_app:app"
 TASK = "bench.noop"
@@ -335,13 +335,8 @@ def throughput_phase(fleet: Fleet, monitor: CpuMonitor, starts: Starts) -> dict[
             break
         time.sleep(0.2)
     figures = starts.figures(n)
-    first, last = figures["first_start"], figures["last_start"]
     return {
-        "runs": n,
-        "submit_per_s": round(n / submit_s),
-        "first_start_after_launch_s": round(first - launched, 2) if first else None,
-        "drain_per_s": round((n - 1) / (last - first)) if first and last and last > first else None,
-        "drain_s": round(last - first, 2) if first and last else None,
+        **drain_figures(figures, n, submit_s, launched),
         "end_to_end_per_s": round(n / (all_succeeded_at - launched)) if all_succeeded_at else None,
         "end_to_end_s": round(all_succeeded_at - launched, 2) if all_succeeded_at else None,
         "timed_out": not all_started or all_succeeded_at is None,

@@ -319,3 +319,18 @@ def start_figures(runs: Sequence[tuple[str, float, float]], expected: int) -> di
         "first_start": starts[0] if starts else None,
         "last_start": starts[-1] if starts else None,
     }
+
+
+def drain_figures(
+    figures: dict[str, Any], n: int, submit_s: float, launched: float
+) -> dict[str, Any]:
+    """W1's rates from ``start_figures``: submission, first start after the workers' launch,
+    and the drain (first start to last start)."""
+    first, last = figures["first_start"], figures["last_start"]
+    return {
+        "runs": n,
+        "submit_per_s": round(n / submit_s),
+        "first_start_after_launch_s": round(first - launched, 2) if first else None,
+        "drain_per_s": round((n - 1) / (last - first)) if first and last and last > first else None,
+        "drain_s": round(last - first, 2) if first and last else None,
+    }

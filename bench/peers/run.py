@@ -40,7 +40,7 @@ if str(REPO) not in sys.path:  # run as a script: import bench.* and tests.* fro
     sys.path.insert(0, str(REPO))
 
 from bench.fleet import environment  # noqa: E402
-from bench.fleet_measure import Starts, start_figures  # noqa: E402
+from bench.fleet_measure import Starts, drain_figures, start_figures  # noqa: E402
 from bench.peers.processes import (  # noqa: E402
     NOT_PEER,
     PEER_NAMES,
@@ -80,13 +80,9 @@ def w1(run: PeerRun, size: Size, timeout: float) -> dict[str, Any]:
     starts = Starts(run.ledger)
     done = wait_for(run, starts, n, launched + timeout)
     figures = starts.figures(n)
-    first, last = figures["first_start"], figures["last_start"]
+    last = figures["last_start"]
     return {
-        "runs": n,
-        "submit_per_s": round(n / submit_s),
-        "first_start_after_launch_s": round(first - launched, 2) if first else None,
-        "drain_per_s": round((n - 1) / (last - first)) if first and last and last > first else None,
-        "drain_s": round(last - first, 2) if first and last else None,
+        **drain_figures(figures, n, submit_s, launched),
         "launch_to_last_start_per_s": round(n / (last - launched)) if last else None,
         "launch_to_last_start_s": round(last - launched, 2) if last else None,
         "timed_out": not done,
