@@ -286,12 +286,15 @@ class App:
     def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:
         """The job; with ``tenant``, only if it belongs to that tenant (else NotFoundError, as if
         it did not exist: another tenant's ids are not even confirmed)."""
-        job = self.store.job_get(job_id)
+        job = self.store.job_get(job_id) if validation.storable(job_id) else None
         if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFoundError(f"job {job_id!r} not found")
         return job
 
     def list_jobs(self, **filters: Any) -> list[Job]:
+        validation.filters(
+            **{k: v for k, v in filters.items() if k in ("tenant", "task", "after_id")}
+        )
         return self.store.job_list(**filters)
 
     def list_executions(
@@ -306,10 +309,13 @@ class App:
         """The job's executions, newest fire time first, each with its attempts; ``before_id``
         continues a page after that execution."""
         self.get_job(job_id, tenant=tenant)
+        validation.filters(before_id=before_id)
         return self.store.execution_list(job_id, status=status, before_id=before_id, limit=limit)
 
     def get_execution(self, execution_id: str, *, tenant: str | None = None) -> Execution:
-        execution = self.store.execution_get(execution_id)
+        execution = (
+            self.store.execution_get(execution_id) if validation.storable(execution_id) else None
+        )
         if execution is None:
             raise NotFoundError(f"execution {execution_id!r} not found")
         if tenant is not None:
@@ -425,6 +431,7 @@ class App:
     def list_dead_letters(
         self, limit: int = 100, *, tenant: str | None = None, after_id: str | None = None
     ) -> list[DeadLetter]:
+        validation.filters(tenant=tenant, after_id=after_id)
         return self.store.dead_letter_list(tenant=tenant, after_id=after_id, limit=limit)
 
     def replay_dead_letter(self, execution_id: str, *, tenant: str | None = None) -> Execution:
@@ -505,7 +512,7 @@ class App:
         return self.store.api_key_list()
 
     def revoke_api_key(self, key_id: str) -> None:
-        if not self.store.api_key_revoke(key_id):
+        if not validation.storable(key_id) or not self.store.api_key_revoke(key_id):
             raise NotFoundError(f"active API key {key_id!r} not found")
 
     def auth_enabled(self) -> bool:

@@ -106,14 +106,38 @@ def retry(attempts: object, base: object, cap: object) -> RetryPolicy:
 
 
 def text(field: str, value: object, max_length: int) -> str:
-    """A string of 1 to ``max_length`` characters, all valid Unicode (no lone surrogates)."""
+    """A string of 1 to ``max_length`` characters, all valid Unicode (no lone surrogates) and no
+    NUL, which PostgreSQL text cannot hold: refused here, named, rather than failing in the store."""
     if not isinstance(value, str) or not 1 <= len(value) <= max_length:
         raise ValidationError(field, f"must be a string of 1 to {max_length} characters")
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain NUL (\\x00)")
     try:
         value.encode()
     except UnicodeEncodeError:
         raise ValidationError(field, _LONE_SURROGATE) from None
     return value
+
+
+def storable(value: str) -> bool:
+    """Whether ``value`` could be stored as text on every backend: no NUL, valid UTF-8. An id or
+    name that is not names nothing: a lookup by it finds nothing rather than failing."""
+    return "\x00" not in value and _encodes(value)
+
+
+def _encodes(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def filters(**values: str | None) -> None:
+    """List filters and cursors: a value no stored text can be is refused, naming the filter."""
+    for field, value in values.items():
+        if value is not None and not storable(value):
+            raise ValidationError(field, "must not contain NUL (\\x00) or a lone surrogate")
 
 
 def task_name(value: object) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from onbeat import validation
 from onbeat.auth import ApiKey
 from onbeat.store.base import (
     PublishedTask,
@@ -103,18 +104,7 @@ class RegistryTransactions(SQLBase):
             else:
                 # A name no stored text can be (NUL, a lone surrogate) is nobody's task; sent to
                 # PostgreSQL it would be an error, not an answer.
-                storable = [n for n in names if _storable(n)]
+                storable = [n for n in names if validation.storable(n)]
                 params = {"since": since, "names": json.dumps(storable)}
                 rows = c.execute(self._q["task_catalog_of_names"], params).fetchall()
         return [published_task_of(r) for r in rows]
-
-
-def _storable(text: str) -> bool:
-    """Whether ``text`` could be stored as text: no NUL, and valid UTF-8 (no lone surrogate)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
