@@ -5,6 +5,7 @@ figures side by side (``summary.md``, ``results.json``). The exit status is 0 if
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from tests.faults.scenarios import PROFILES, SCENARIOS
 
 
 def main() -> int:
+    # `kill` of the runner unwinds it, so the supervisor stops the fleet (and wakes any process
+    # the nemesis froze) instead of leaving it running, orphaned, on the shared server.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(prog="python -m tests.faults")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--scenario", choices=sorted([*SCENARIOS, *OWN_RUNNERS]))

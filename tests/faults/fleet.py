@@ -106,6 +106,7 @@ class Fleet:
         """SIGTERM to the living, then their exit statuses by log name (None: had to be killed)."""
         living = self.living()
         for proc in living:
+            proc.process.send_signal(signal.SIGCONT)  # one the nemesis froze, to act on the TERM
             proc.process.send_signal(signal.SIGTERM)
         statuses: dict[str, int | None] = {}
         for proc in living:

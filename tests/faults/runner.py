@@ -248,8 +248,12 @@ def _drive(
     if submit_first:
         wait_until(lambda: not load._thread.is_alive(), 120, "the load to be submitted")
     nemesis.start()
-    time.sleep(max(0.0, began + scenario.load_seconds - time.monotonic()))
-    nemesis.stop()
+    try:
+        while (left := began + scenario.load_seconds - time.monotonic()) > 0:
+            load.check()
+            time.sleep(min(1.0, left))
+    finally:
+        nemesis.stop()
     nemesis.write(artifacts / "timeline.json")
     for end in at_load_end or ():
         end()

@@ -78,17 +78,20 @@ class JobTransactions(SQLBase):
         transaction. A job with an idempotency key is looked up first, in submission order, so a
         key repeated within the batch returns the job its first use made."""
         now = self.now()
+        # Rows and first fire times are made before the transaction opens: under load, Python
+        # work between statements is time the session sits idle in a transaction, which the
+        # server ends after IDLE_IN_TRANSACTION_TIMEOUT (a batch of 1,000 cron jobs).
+        made = [self._job_row(new, now) for new in news]
         rows: list[dict[str, Any]] = []
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
         answers: list[Job | str] = []  # a job replayed, or the id of one created
         with self._tx() as c:
-            for new in news:
+            for new, (row, first) in zip(news, made, strict=True):
                 if new.idempotency_key is not None:
                     replayed = self._idempotent_job(c, new, now)
                     if replayed is not None:
                         answers.append(replayed)
                         continue
-                row, first = self._job_row(new, now)
                 if new.idempotency_key is not None:
                     # Inserted now (the key refers to it); the key's insert decides: of
                     # concurrent submissions under one key, the others wait for the first to
@@ -118,10 +121,8 @@ class JobTransactions(SQLBase):
                 ],
             )
             self._insert_planned(c, firsts)
-            jobs = {
-                r["id"]: job_of(r)
-                for r in c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)})
-            }
+            stored = c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
+        jobs = {r["id"]: job_of(r) for r in stored}
         return [
             CreatedJob(jobs[a], replayed=False) if isinstance(a, str) else CreatedJob(a, True)
             for a in answers
