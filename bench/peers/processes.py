@@ -30,7 +30,17 @@ REPO = Path(__file__).resolve().parents[2]
 PEERS = Path(__file__).resolve().parent
 VENVS = PEERS / ".venvs"
 SERVER = os.environ.get("ONBEAT_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
-PEER_NAMES = ("pgqueuer", "dramatiq", "celery", "procrastinate", "arq", "rq", "apscheduler")
+PEER_NAMES = (
+    "onbeat", "onbeat-embedded",
+    "pgqueuer", "dramatiq", "celery", "procrastinate", "arq", "rq", "apscheduler",
+)  # fmt: skip
+"""onbeat first (its two modes), then the peers."""
+SPEC_MODULES = {
+    "onbeat": "bench.peers.onbeat_peer",
+    "onbeat-embedded": "bench.peers.onbeat_peer.embedded",
+}
+"""Where a spec lives when it is not ``bench.peers.<name>``: both onbeat modes share one app, in
+a package not named ``onbeat`` (``run.py``'s directory is on ``sys.path`` and would shadow it)."""
 NOT_PEER = ("submit", "postgres:submit", "postgres_background")
 """CPU groups not counted as the peer's: the submitting process (and its backend), and
 PostgreSQL's server-wide background processes (shared with everyone on the box)."""
@@ -50,13 +60,15 @@ def admin_connection(wait: float = 60) -> psycopg.Connection[Any]:
 
 
 def load_spec(name: str) -> PeerSpec:
-    spec: PeerSpec = importlib.import_module(f"bench.peers.{name}").SPEC
+    spec: PeerSpec = importlib.import_module(SPEC_MODULES.get(name, f"bench.peers.{name}")).SPEC
     return spec
 
 
 def ensure_venv(name: str) -> Path:
     """``.venvs/<name>`` with ``<name>/requirements.txt`` installed; rebuilt when that file
-    changes (its hash is kept in the venv)."""
+    changes (its hash is kept in the venv). The repo's ``.venv`` for a spec that asks for it."""
+    if load_spec(name).repo_venv:
+        return REPO / ".venv"
     requirements = PEERS / name / "requirements.txt"
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
     venv = VENVS / name
@@ -141,18 +153,26 @@ class PeerRun:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
     def env(self, name: str) -> dict[str, str]:
+        database_url = f"postgresql://root@127.0.0.1:5432/{self.database}"
+        redis_url = self.redis.url if self.redis else ""
         return {
             **os.environ,
             "PYTHONPATH": str(REPO),
             "PEERS_LEDGER_DIR": str(self.ledger),
-            "PEERS_DATABASE_URL": f"postgresql://root@127.0.0.1:5432/{self.database}",
-            "PEERS_REDIS_URL": self.redis.url if self.redis else "",
+            "PEERS_DATABASE_URL": database_url,
+            "PEERS_REDIS_URL": redis_url,
             "PEERS_CRON_JOBS": str(self.cron_jobs),
             "PGHOST": "127.0.0.1",
             "PGPORT": "5432",
             "PGUSER": "root",
             "PGDATABASE": self.database,
             "PGAPPNAME": f"peers/{name}",
+            **{
+                key: value.format(
+                    database_url=database_url, redis_url=redis_url, workdir=self.workdir
+                )
+                for key, value in self.spec.environment.items()
+            },
         }
 
     def argv(self, argv: tuple[str, ...]) -> list[str]:
@@ -177,8 +197,9 @@ class PeerRun:
         return proc
 
     def start_workers(self, with_scheduler: bool = False) -> None:
-        for i, argv in enumerate(self.spec.workers):
-            self.start(argv, f"worker-{i}")
+        names = self.spec.names or [f"worker-{i}" for i in range(len(self.spec.workers))]
+        for argv, name in zip(self.spec.workers, names, strict=True):
+            self.start(argv, name)
         if with_scheduler and self.spec.scheduler is not None:
             self.start(self.spec.scheduler, "scheduler")
 
@@ -228,7 +249,7 @@ class PeerRun:
         """``count`` runs of the no-op task through the peer's own client, in a process of the
         peer's venv (counted as ``submit``); returns the seconds it took."""
         t0 = time.time()
-        argv = ("python", "-m", f"bench.peers.{self.spec.name}.app", "submit",
+        argv = ("python", "-m", self.spec.app_module, "submit",
                 "--prefix", prefix, "--count", str(count),
                 *(("--at", f"{at:.6f}") if at is not None else ()),
                 *(("--live",) if self.procs else ()))  # fmt: skip

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 Argv = tuple[str, ...]
 
@@ -24,3 +25,17 @@ class PeerSpec:
     """W3: ``workers`` (the processes above fire the cron jobs), ``scheduler`` (``scheduler``
     below fires them), or ``n/a: <why>``."""
     scheduler: Argv | None = None
+    names: tuple[str, ...] = ()
+    """What each of ``workers`` is called in logs and CPU figures (default ``worker-<i>``)."""
+    environment: Mapping[str, str] = field(default_factory=dict)
+    """Variables every process of the peer gets (setup and submissions too); ``{database_url}``,
+    ``{redis_url}`` and ``{workdir}`` (the run's scratch directory) are filled in."""
+    app: str = ""
+    """The module holding the peer's app (``submit``); default ``bench.peers.<name>.app``."""
+    repo_venv: bool = False
+    """Run in the repo's own ``.venv`` (onbeat, installed there editable) rather than in a venv
+    made from ``<name>/requirements.txt``."""
+
+    @property
+    def app_module(self) -> str:
+        return self.app or f"bench.peers.{self.name}.app"

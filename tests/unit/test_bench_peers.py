@@ -5,6 +5,7 @@ the driver counts, and the peer specs the driver starts."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from bench.fleet_measure import CpuMonitor, Starts, start_figures
 from bench.peers import ledger
-from bench.peers.processes import PEER_NAMES, children_of, load_spec
+from bench.peers.processes import PEER_NAMES, REPO, PeerRun, children_of, ensure_venv, load_spec
 
 
 @pytest.fixture
@@ -87,13 +88,47 @@ def test_children_of__finds_grandchildren_under_their_root() -> None:
 
 
 @pytest.mark.parametrize("name", PEER_NAMES)
-def test_specs__every_peer_has_pinned_requirements_and_a_worker(name: str) -> None:
+def test_specs__every_peer_has_its_venv_and_a_worker(name: str) -> None:
     spec = load_spec(name)
     assert spec.name == name and spec.workers
     assert spec.cron in ("workers", "scheduler") or spec.cron.startswith("n/a: ")
     assert (spec.cron == "scheduler") == (spec.scheduler is not None)
+    assert not spec.names or len(spec.names) == len(spec.workers)
+    if spec.repo_venv:
+        assert ensure_venv(name) == REPO / ".venv"
+        return
     requirements = (Path("bench/peers") / name / "requirements.txt").read_text().split()
     assert requirements and all("==" in line for line in requirements)
+
+
+def test_specs__onbeat_comes_first_in_both_modes_with_the_same_app() -> None:
+    assert PEER_NAMES[:2] == ("onbeat", "onbeat-embedded")
+    fleet, node = load_spec("onbeat"), load_spec("onbeat-embedded")
+    assert fleet.app_module == node.app_module == "bench.peers.onbeat_peer.app"
+    assert fleet.names == ("scheduler", "worker-0", "worker-1")
+    assert [argv[:2] for argv in fleet.workers] == [
+        ("onbeat", "scheduler"), ("onbeat", "worker"), ("onbeat", "worker"),
+    ]  # fmt: skip
+    assert [argv[:2] for argv in node.workers] == [("onbeat", "up")]
+    for spec in (fleet, node):
+        assert spec.setup[0] == ("onbeat", "migrate") and spec.cron == "workers"
+    assert load_spec("pgqueuer").app_module == "bench.peers.pgqueuer.app"
+
+
+def test_peer_run_env__fills_the_specs_variables_with_the_runs_database_and_directory() -> None:
+    runs = [PeerRun(load_spec(name), REPO / ".venv") for name in ("onbeat", "onbeat-embedded")]
+    other = PeerRun(load_spec("pgqueuer"), REPO / ".venv")
+    fleet, node = runs
+    try:
+        env = fleet.env("worker-0")
+        assert env["ONBEAT_DATABASE_URL"] == env["ONBEAT_QUEUE_URL"] == env["PEERS_DATABASE_URL"]
+        assert env["ONBEAT_DATABASE_URL"].endswith(f"/{fleet.database}")
+        assert env["PGAPPNAME"] == "peers/worker-0"
+        assert node.env("node")["ONBEAT_DATABASE_URL"] == f"sqlite:///{node.workdir}/onbeat.db"
+        assert "ONBEAT_QUEUE_URL" not in other.env("worker-0")
+    finally:
+        for run in (*runs, other):
+            shutil.rmtree(run.workdir)
 
 
 class _NoBackends:
