@@ -27,6 +27,7 @@ Exit status 1 if a run was lost, duplicated, early or not started in time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -177,10 +178,25 @@ def pause_until(at: float) -> None:
 WORKLOAD_FUNCTIONS = {"W1": w1, "W2": w2, "W3": w3}
 
 
+def sized(name: str, count: int | None) -> Size:
+    """Size ``name``, or with ``count`` runs (W1, W2) and cron jobs (W3) instead of its own; W2's
+    lead then grows with the count so the submission ends before the due time (the cost curves
+    of docs/performance.md)."""
+    size = SIZES[name]
+    if count is None:
+        return size
+    lead = max(size.w2_lead_s, count / 2_000)
+    return dataclasses.replace(size, w1_runs=count, w2_runs=count, w2_lead_s=lead, w3_jobs=count)
+
+
+def size_label(args: argparse.Namespace) -> str:
+    return args.size if args.count is None else f"{args.size}-{args.count}"
+
+
 def run_workload(peer: str, workload: str, args: argparse.Namespace) -> dict[str, Any]:
     spec = load_spec(peer)
-    size = SIZES[args.size]
-    result: dict[str, Any] = {"peer": peer, "workload": workload, "size": args.size}
+    size = sized(args.size, args.count)
+    result: dict[str, Any] = {"peer": peer, "workload": workload, "size": size_label(args)}
     if workload == "W3" and spec.cron != "workers" and spec.cron != "scheduler":
         return {**result, "skipped": spec.cron.removeprefix("n/a: ")}
     venv = ensure_venv(peer)
@@ -278,6 +294,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peer", choices=[*PEER_NAMES, "all"], required=True)
     p.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
     p.add_argument("--size", choices=sorted(SIZES), default="full")
+    p.add_argument("--count", type=int, default=None,
+                   help="runs (W1, W2) or cron jobs (W3) instead of the size's")  # fmt: skip
     p.add_argument("--timeout", type=float, default=300.0,
                    help="W1: seconds after launch, W2: after the due time, to give up")  # fmt: skip
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "peers")
@@ -306,18 +324,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers = PEER_NAMES if args.peer == "all" else (args.peer,)
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     if args.report:
-        print_summary(saved_results(args.out, peers, workloads, args.size))
+        print_summary(saved_results(args.out, peers, workloads, size_label(args)))
         return 0
     env = environment()
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     for peer in peers:
         for workload in workloads:
-            print(f"running {peer} {workload} ({args.size}) ...", flush=True)
+            print(f"running {peer} {workload} ({size_label(args)}) ...", flush=True)
             try:
                 result = run_workload(peer, workload, args)
             except Exception as e:  # one peer failing does not stop the others
-                result = {"peer": peer, "workload": workload, "size": args.size,
+                result = {"peer": peer, "workload": workload, "size": size_label(args),
                           "error": f"{type(e).__name__}: {e}"}  # fmt: skip
                 print(f"  FAILED: {result['error'][:3000]}", flush=True)
                 results.append(result)
@@ -327,7 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = json.dumps({"bench": "peers", "env": env, "result": result}, sort_keys=True)
             print("BENCH_JSON " + line, flush=True)
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-            (args.out / f"{peer}-{workload}-{args.size}-{stamp}.json").write_text(line + "\n")
+            (args.out / f"{peer}-{workload}-{size_label(args)}-{stamp}.json").write_text(
+                line + "\n"
+            )
     done = [r for r in results if "error" not in r]
     if len(results) > 1:
         print_summary(done)
