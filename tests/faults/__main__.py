@@ -20,13 +20,23 @@ def main() -> int:
     which.add_argument("--profile", choices=sorted(PROFILES))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--artifacts", type=Path, default=None)
+    parser.add_argument(
+        "--load-seconds",
+        type=float,
+        default=None,
+        help="the scenario's load (and faults) over this long at its pace: a short N1",
+    )
     args = parser.parse_args()
+    if args.load_seconds is not None and not args.scenario:
+        parser.error("--load-seconds scales one --scenario")
     name = args.scenario or args.profile
-    artifacts = args.artifacts or Path("artifacts/faults") / f"{name}-seed{args.seed}"
+    scale = "" if args.load_seconds is None else f"-{args.load_seconds:g}s"
+    artifacts = args.artifacts or Path("artifacts/faults") / f"{name}{scale}-seed{args.seed}"
     names = [args.scenario] if args.scenario else list(PROFILES[args.profile])
     reports = []
     for scenario in names:
-        report = run(scenario, args.seed, artifacts / scenario if args.profile else artifacts)
+        where = artifacts / scenario if args.profile else artifacts
+        report = run(scenario, args.seed, where, load_seconds=args.load_seconds)
         print(report.table(), flush=True)
         reports.append(report)
     if args.profile:

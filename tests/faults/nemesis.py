@@ -99,6 +99,33 @@ def mixed_plan(
     return plan
 
 
+def combined_plan(
+    seed: int,
+    process_kinds: Sequence[tuple[str, float]],
+    service_kinds: Sequence[tuple[str, float]],
+    slots: Sequence[int],
+    interval: tuple[float, float],
+    duration: float,
+) -> list[PlannedFault]:
+    """Process faults (kind, lasts) on a random one of ``slots`` and service faults (kind,
+    lasts), half and half at random, one after the other: each starts U(``interval``) seconds
+    after the previous one's ``lasts`` ran out, so no fault lands inside another's outage or the
+    recovery that follows it (a lease TTL, the reaper's hold-off after a server start, a queue
+    rebuild), which the checker's per-fault bounds and attribution assume."""
+    rng = random.Random(seed)
+    plan: list[PlannedFault] = []
+    at = rng.uniform(*interval)
+    while at < duration:
+        if rng.random() < 0.5:
+            kind, lasts = rng.choice(process_kinds)
+            plan.append(PlannedFault(at, kind, rng.choice(slots), lasts))
+        else:
+            kind, lasts = rng.choice(service_kinds)
+            plan.append(PlannedFault(at, kind, lasts=lasts))
+        at += lasts + rng.uniform(*interval)
+    return plan
+
+
 ServiceFault = Callable[[PlannedFault], FaultEvent]
 """Does a service fault (and undoes it, after ``lasts``), returning what it did."""
 
