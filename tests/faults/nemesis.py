@@ -181,11 +181,14 @@ class Nemesis:
             fault.kind, proc.role, fault.slot, proc.pid, time.time(), time.monotonic_ns()
         )
         proc.process.send_signal(PROCESS_FAULTS[fault.kind])
+        sent = time.monotonic()
         if fault.kind == "kill -9":
             proc.process.wait()
         event.held = sorted(self.held(proc.pid))
         if fault.kind == "kill -STOP":
-            self._stop.wait(fault.lasts)  # a stop() cuts the pause short: never leave it frozen
+            # ``lasts`` from the signal, however long ``held`` took; a stop() cuts the pause
+            # short: never leave it frozen.
+            self._stop.wait(max(0.0, sent + fault.lasts - time.monotonic()))
             proc.process.send_signal(signal.SIGCONT)
             event.ended = time.time()
         return event

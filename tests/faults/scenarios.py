@@ -292,7 +292,7 @@ SCENARIOS["N1"] = Scenario(
     "nightly: 1M runs over an hour, 3 schedulers; every U(15, 30) s after the previous fault"
     " ended, kill -9 / -STOP / -TERM of a random worker or scheduler, or one of S5's Redis faults"
     " or S6's PostgreSQL faults (half and half)",
-    Workload(batches=6000, batch=167, pace=0.6, due_within=(1.0, 5.0), crons=50),
+    Workload(batches=6000, batch=167, pace=0.6, due_within=(1.0, 5.0), crons=50, keyed=True),
     load_seconds=3600,
     plan=combined(NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, (15.0, 30.0)),
     victims=("worker", "scheduler"),
