@@ -26,17 +26,21 @@ def main() -> int:
         default=None,
         help="the scenario's load (and faults) over this long at its pace: a short N1",
     )
+    parser.add_argument(
+        "--rate", type=float, default=1.0, help="times the scenario's once jobs per batch"
+    )
     args = parser.parse_args()
-    if args.load_seconds is not None and not args.scenario:
-        parser.error("--load-seconds scales one --scenario")
+    if (args.load_seconds is not None or args.rate != 1.0) and not args.scenario:
+        parser.error("--load-seconds and --rate scale one --scenario")
     name = args.scenario or args.profile
     scale = "" if args.load_seconds is None else f"-{args.load_seconds:g}s"
+    scale += "" if args.rate == 1.0 else f"-x{args.rate:g}"
     artifacts = args.artifacts or Path("artifacts/faults") / f"{name}{scale}-seed{args.seed}"
     names = [args.scenario] if args.scenario else list(PROFILES[args.profile])
     reports = []
     for scenario in names:
         where = artifacts / scenario if args.profile else artifacts
-        report = run(scenario, args.seed, where, load_seconds=args.load_seconds)
+        report = run(scenario, args.seed, where, args.load_seconds, args.rate)
         print(report.table(), flush=True)
         reports.append(report)
     if args.profile:

@@ -99,13 +99,16 @@ OWN_RUNNERS: dict[str, Callable[[int, Path], Report]] = {"S9": s9_api.run, "S10"
 """Scenarios that need no fleet, nemesis or load: API fuzzing on one api process, the DST oracle."""
 
 
-def run(name: str, seed: int, artifacts: Path, load_seconds: float | None = None) -> Report:
-    """``load_seconds``: the scenario scaled to a load (and faults) that long (``Scenario.scaled``)."""
+def run(
+    name: str, seed: int, artifacts: Path, load_seconds: float | None = None, rate: float = 1.0
+) -> Report:
+    """``load_seconds``, ``rate``: the scenario's load (and faults) that long, at ``rate`` times
+    its once jobs per batch (``Scenario.scaled``)."""
     if name in OWN_RUNNERS:
         return OWN_RUNNERS[name](seed, artifacts)
     scenario = SCENARIOS[name]
-    if load_seconds is not None:
-        scenario = scenario.scaled(load_seconds)
+    if load_seconds is not None or rate != 1.0:
+        scenario = scenario.scaled(load_seconds or scenario.load_seconds, rate)
     phases = Phases()
     try:
         return _run_scenario(scenario, seed, artifacts, phases)

@@ -117,11 +117,13 @@ class Scenario:
     burst_p99: float | None = None
     """Bound on the start-delay p99 of the one-shots all due at one instant (S8)."""
 
-    def scaled(self, load_seconds: float) -> Scenario:
+    def scaled(self, load_seconds: float, rate: float = 1.0) -> Scenario:
         """The scenario with its load over ``load_seconds`` at the same pace (batches scaled),
-        its plan drawn over as long: a short N1 to try by hand."""
+        its plan drawn over as long: a short N1 to try by hand; ``rate`` scales the once jobs
+        per batch (a box that cannot start N1's 280 runs/s beside other work)."""
         batches = max(1, round(self.workload.batches * load_seconds / self.load_seconds))
-        workload = dataclasses.replace(self.workload, batches=batches)
+        batch = max(1, round(self.workload.batch * rate))
+        workload = dataclasses.replace(self.workload, batches=batches, batch=batch)
         return dataclasses.replace(self, workload=workload, load_seconds=load_seconds)
 
 
