@@ -215,11 +215,20 @@ class Scheduler:
         death, without waiting for a takeover of their shard. Returns how many were reaped.
 
         Nothing is reaped within a lease TTL of a pass finding the store unavailable, or of a
-        reap pass the store kept waiting for half a lease TTL or more: while this scheduler could
+        reap pass (or the round trip that opens one) the store kept waiting for half a lease TTL
+        or more: while this scheduler could
         not get through, the workers most likely could not either, and a lease that ran out then
         belongs to a holder that could not renew it, not to a dead one (the store also holds off
         for a lease TTL after its server starts, for an outage no pass saw)."""
         if self.clock.monotonic() - self._store_failed_at < self.settings.lease_ttl:
+            return 0
+        # A pass that waited to get through (for a connection while the server restarted and
+        # ran its crash recovery) would reap the moment it got in, beside workers reconnecting
+        # at the same moment: one round trip first tells.
+        began = self.clock.monotonic()
+        await asyncio.to_thread(self.store.now)
+        if self.clock.monotonic() - began >= self.settings.lease_ttl / 2:
+            self._store_failed_at = self.clock.monotonic()
             return 0
         total = 0
         while True:

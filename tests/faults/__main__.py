@@ -24,13 +24,27 @@ def main() -> int:
     which.add_argument("--profile", choices=sorted(PROFILES))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--artifacts", type=Path, default=None)
+    parser.add_argument(
+        "--load-seconds",
+        type=float,
+        default=None,
+        help="the scenario's load (and faults) over this long at its pace: a short N1",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=1.0, help="times the scenario's once jobs per batch"
+    )
     args = parser.parse_args()
+    if (args.load_seconds is not None or args.rate != 1.0) and not args.scenario:
+        parser.error("--load-seconds and --rate scale one --scenario")
     name = args.scenario or args.profile
-    artifacts = args.artifacts or Path("artifacts/faults") / f"{name}-seed{args.seed}"
+    scale = "" if args.load_seconds is None else f"-{args.load_seconds:g}s"
+    scale += "" if args.rate == 1.0 else f"-x{args.rate:g}"
+    artifacts = args.artifacts or Path("artifacts/faults") / f"{name}{scale}-seed{args.seed}"
     names = [args.scenario] if args.scenario else list(PROFILES[args.profile])
     reports = []
     for scenario in names:
-        report = run(scenario, args.seed, artifacts / scenario if args.profile else artifacts)
+        where = artifacts / scenario if args.profile else artifacts
+        report = run(scenario, args.seed, where, args.load_seconds, args.rate)
         print(report.table(), flush=True)
         reports.append(report)
     if args.profile:

@@ -123,15 +123,15 @@ class ApiProbe:
                 return
             await asyncio.sleep(RETRY_PAUSE)
 
-    def metrics(self, windows: list[tuple[float, float]]) -> dict[str, Any]:
+    def metrics(self, windows: list[tuple[float, float]], prefix: str = "probe_") -> dict[str, Any]:
         """Counts over every answer, and over those that arrived within ``windows`` (the
-        faults, from injection to recovery)."""
+        faults, from injection to recovery), named ``prefix`` + what they count."""
 
         def inside(answer: ProbeAnswer) -> bool:
             return any(lo <= answer.wall <= hi for lo, hi in windows)
 
         faulted = [a for a in self.answers if inside(a)]
-        return {
+        counts = {
             "probe_answers": len(self.answers),
             "probe_answers_in_faults": len(faulted),
             "probe_ok": sum(a.status is not None and a.status < 300 for a in self.answers),
@@ -145,6 +145,7 @@ class ApiProbe:
             "probe_4xx": sum(a.status is not None and 400 <= a.status < 500 for a in self.answers),
             "probe_cut": sum(a.status is None for a in self.answers),
         }
+        return {prefix + key.removeprefix("probe_"): value for key, value in counts.items()}
 
     def cuts(self, limit: int = 10) -> list[str]:
         """The first cut requests: when sent, how long until cut, why."""

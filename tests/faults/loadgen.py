@@ -50,6 +50,9 @@ class Workload:
     specials: tuple[Special, ...] = ()
     schedules: tuple[tuple[str, int], ...] = ()
     """More cron jobs, as (expression of ``oracle.CRON_PERIODS``, count), cancelled with the rest."""
+    keyed: bool = False
+    """Each batch carries an ``Idempotency-Key`` and is sent again when its connection is cut (a
+    long load meets keep-alive connections the API closes as they are reused), not given up."""
     due_at_next: float | None = None
     """If set, every one-shot falls due at one instant instead: the first multiple of this many
     seconds of Unix time at least ``due_within[0]`` after the load generator is made."""
@@ -111,10 +114,14 @@ class LoadGenerator:
             ]
             batches.append(("/jobs/batch", functools.partial(_once_batch, jobs, self.due_at)))
         self.submission = ApiCalls(
-            api_url, "POST", batches, pace=workload.pace, key_prefix="load-", on_answer=self._ack
+            api_url,
+            "POST",
+            batches,
+            pace=workload.pace,
+            idempotent=workload.keyed,
+            key_prefix=f"load-{seed}-{time.time_ns()}-" if workload.keyed else "",
+            on_answer=self._ack,
         )
-        """Keyed batches: one cut off in flight is sent again and answered with the jobs it made,
-        not dropped (N1's first run lost its load generator to one 30 s read timeout)."""
         self.cron_answers: list[dict[str, Any]] = []
         self._expressions: dict[str, str] = {}
         """Cron job id -> its expression."""

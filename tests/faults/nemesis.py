@@ -99,6 +99,33 @@ def mixed_plan(
     return plan
 
 
+def combined_plan(
+    seed: int,
+    process_kinds: Sequence[tuple[str, float]],
+    service_kinds: Sequence[tuple[str, float]],
+    slots: Sequence[int],
+    interval: tuple[float, float],
+    duration: float,
+) -> list[PlannedFault]:
+    """Process faults (kind, lasts) on a random one of ``slots`` and service faults (kind,
+    lasts), half and half at random, one after the other: each starts U(``interval``) seconds
+    after the previous one's ``lasts`` ran out, so no fault lands inside another's outage or the
+    recovery that follows it (a lease TTL, the reaper's hold-off after a server start, a queue
+    rebuild), which the checker's per-fault bounds and attribution assume."""
+    rng = random.Random(seed)
+    plan: list[PlannedFault] = []
+    at = rng.uniform(*interval)
+    while at < duration:
+        if rng.random() < 0.5:
+            kind, lasts = rng.choice(process_kinds)
+            plan.append(PlannedFault(at, kind, rng.choice(slots), lasts))
+        else:
+            kind, lasts = rng.choice(service_kinds)
+            plan.append(PlannedFault(at, kind, lasts=lasts))
+        at += lasts + rng.uniform(*interval)
+    return plan
+
+
 ServiceFault = Callable[[PlannedFault], FaultEvent]
 """Does a service fault (and undoes it, after ``lasts``), returning what it did."""
 
@@ -154,11 +181,14 @@ class Nemesis:
             fault.kind, proc.role, fault.slot, proc.pid, time.time(), time.monotonic_ns()
         )
         proc.process.send_signal(PROCESS_FAULTS[fault.kind])
+        sent = time.monotonic()
         if fault.kind == "kill -9":
             proc.process.wait()
         event.held = sorted(self.held(proc.pid))
         if fault.kind == "kill -STOP":
-            self._stop.wait(fault.lasts)  # a stop() cuts the pause short: never leave it frozen
+            # ``lasts`` from the signal, however long ``held`` took; a stop() cuts the pause
+            # short: never leave it frozen.
+            self._stop.wait(max(0.0, sent + fault.lasts - time.monotonic()))
             proc.process.send_signal(signal.SIGCONT)
             event.ended = time.time()
         return event

@@ -5,11 +5,16 @@ the shared server on 5432 serves other suites and must never be touched.
 (``runuser``) on a data directory that user owns: a fresh directory under the system's temp
 dir (a pytest ``tmp_path`` is private to root), removed on exit after its server log is copied
 into the artifacts. Trust auth on loopback only; ``fsync`` and ``synchronous_commit`` stay on
-(RELIABILITY.md's durability settings): a crash must lose nothing acknowledged."""
+(RELIABILITY.md's durability settings): a crash must lose nothing acknowledged.
+
+``initdb`` runs once per process: later clusters copy its data directory (``cp -a``, a fraction
+of a second where ``initdb`` takes several on a busy box)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -27,6 +32,29 @@ BIN = Path(os.environ.get("ONBEAT_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 OWNER = "postgres"
 
 
+def _as_owner(tool: str, *args: str, timeout: float = 120) -> None:
+    done = subprocess.run(
+        ["runuser", "-u", OWNER, "--", str(BIN / tool), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{tool} {' '.join(args)}: {done.stdout}{done.stderr}"
+
+
+@functools.cache
+def _template() -> Path:
+    """A fresh ``initdb`` data directory, made once per process and removed at its exit."""
+    directory = Path(tempfile.mkdtemp(prefix="onbeat-faults-pg-template-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    shutil.chown(directory, OWNER, OWNER)
+    data = directory / "data"
+    # --no-sync: only initdb's own final flush of the new files; the server keeps fsync on.
+    _as_owner("initdb", "-D", str(data), "-A", "trust", "-U", OWNER, "--no-sync")
+    return data
+
+
 class PrivatePostgres:
     """``initdb`` + ``pg_ctl`` as ``postgres``; ``url`` is its superuser's, database ``postgres``."""
 
@@ -39,19 +67,9 @@ class PrivatePostgres:
         self.log = self.directory / "server.log"
         self.url = f"postgresql://{OWNER}@127.0.0.1:{self.port}/postgres?connect_timeout=5"
 
-    def _as_owner(self, tool: str, *args: str, timeout: float = 120) -> None:
-        done = subprocess.run(
-            ["runuser", "-u", OWNER, "--", str(BIN / tool), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        assert done.returncode == 0, f"{tool} {' '.join(args)}: {done.stdout}{done.stderr}"
-
     def init(self) -> None:
-        # --no-sync: only initdb's own final flush of the new files; the server keeps fsync on.
-        self._as_owner("initdb", "-D", str(self.data), "-A", "trust", "-U", OWNER, "--no-sync")
+        """The template's copy (owner and modes kept), with this cluster's settings."""
+        subprocess.run(["cp", "-a", str(_template()), str(self.data)], check=True)
         settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(self.port),
@@ -66,7 +84,7 @@ class PrivatePostgres:
 
     def pg_ctl(self, action: str, *args: str) -> float:
         """``pg_ctl <action>`` (``-w``: it returns once done); returns the wall time it did."""
-        self._as_owner("pg_ctl", action, "-D", str(self.data), "-l", str(self.log), "-w", *args)
+        _as_owner("pg_ctl", action, "-D", str(self.data), "-l", str(self.log), "-w", *args)
         return time.time()
 
     def start(self) -> float:

@@ -24,6 +24,7 @@ What is measured besides the checker's metrics (pass lines: ``acked_missing``, `
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,13 +54,18 @@ PROBE_DUE_AFTER = 1.0
 """A probe job is due this long after its slot (its index / rate)."""
 
 
+def postgres_faults(lock_for: float) -> list[tuple[str, float]]:
+    """(a)-(d) as (kind, lasts); the lock held ``lock_for`` seconds."""
+    return [(RESTART_FAST, 0.0), (CRASH, 0.0), (TERMINATE, 0.0), (LOCK, lock_for)]
+
+
 def postgres_plan(lock_for: float) -> Callable[[int, list[int], float], list[PlannedFault]]:
     """(a)-(d), 9 s apart from 6 s into the load; the lock held ``lock_for`` seconds."""
 
     def plan(_seed: int, _slots: list[int], duration: float) -> list[PlannedFault]:
-        faults = [(RESTART_FAST, 0.0), (CRASH, 0.0), (TERMINATE, 0.0), (LOCK, lock_for)]
         planned = [
-            PlannedFault(6.0 + 9.0 * i, kind, lasts=lasts) for i, (kind, lasts) in enumerate(faults)
+            PlannedFault(6.0 + 9.0 * i, kind, lasts=lasts)
+            for i, (kind, lasts) in enumerate(postgres_faults(lock_for))
         ]
         assert planned[-1].offset + planned[-1].lasts + 5 < duration, "the load must outlast them"
         return planned
@@ -72,6 +78,8 @@ class PostgresFaults:
     """The S6 service faults on ``context.postgres``, the create probe, and S6's metrics."""
 
     context: FleetContext
+    probe_prefix: str = "probe_"
+    """Names the probe's metrics (apart from another scenario part's probe: N1)."""
     probe: ApiProbe = field(init=False)
     events: list[FaultEvent] = field(default_factory=list)
 
@@ -161,7 +169,8 @@ class PostgresFaults:
 
     def report(self, report: Report) -> None:
         windows = [(e.wall, (e.ended or e.wall) + 1.0) for e in self.events]
-        metrics = self.probe.metrics(windows)
+        prefix = self.probe_prefix
+        metrics = self.probe.metrics(windows, prefix)
         db = self.context.database_url
         jobs = _rows(
             db,
@@ -172,38 +181,45 @@ class PostgresFaults:
         for _, at in jobs:
             per_at[at] = per_at.get(at, 0) + 1
         metrics |= {
-            "probe_creates_acked": len(self.probe.acked),
-            "probe_creates_failed": len(self.probe.failed),
-            "probe_dup_creates": sum(n - 1 for n in per_at.values()),
+            f"{prefix}creates_acked": len(self.probe.acked),
+            f"{prefix}creates_failed": len(self.probe.failed),
+            f"{prefix}dup_creates": sum(n - 1 for n in per_at.values()),
         }
-        for event in self.events:
+        starts = sorted(
+            entry["wall"]
+            for entry in read_ledgers(self.context.artifacts / "ledger")
+            if entry["event"] == "start"
+        )
+        for event in self.events:  # a kind struck again (N1): its slowest reconnection
             name = event.fault.split()[0] + "_" + event.fault.split()[-1].strip("()").lower()
-            metrics |= self._reconnection(name.replace("-", ""), event)
+            for key, took in self._reconnection(name.replace("-", ""), event, starts).items():
+                if key not in metrics:
+                    metrics[key] = took
+                elif took is None or metrics[key] is None:
+                    metrics[key] = None  # never reconnected after one of them
+                else:
+                    metrics[key] = max(took, metrics[key])
         report.metrics |= metrics
-        for key in (
-            "probe_5xx_other",
-            "probe_503_no_retry_after",
-            "probe_creates_failed",
-            "probe_dup_creates",
-        ):
-            report.checks[key] = metrics[key] == 0
-        report.config["probe_cuts"] = self.probe.cuts()
+        for key in ("5xx_other", "503_no_retry_after", "creates_failed", "dup_creates"):
+            report.checks[prefix + key] = metrics[prefix + key] == 0
+        report.config[f"{prefix}cuts"] = self.probe.cuts()
         report.config["postgres_faults"] = [
             {"fault": e.fault, "wall": e.wall, "ended": e.ended, "held": e.held}
             for e in self.events
         ]
 
-    def _reconnection(self, name: str, event: FaultEvent) -> dict[str, Any]:
+    def _reconnection(
+        self, name: str, event: FaultEvent, starts: list[float]
+    ) -> dict[str, float | None]:
+        """Fault end -> first create, first run started (``starts``: the ledger's, sorted)."""
         end = event.ended or event.wall
         create = self.probe.first_ok_after(end)
-        starts = [
-            entry["wall"]
-            for entry in read_ledgers(self.context.artifacts / "ledger")
-            if entry["event"] == "start" and entry["wall"] >= end
-        ]
+        first = bisect.bisect_left(starts, end)
         return {
             f"reconnect_create_s_{name}": None if create is None else round(create - end, 3),
-            f"reconnect_start_s_{name}": round(min(starts) - end, 3) if starts else None,
+            f"reconnect_start_s_{name}": (
+                round(starts[first] - end, 3) if first < len(starts) else None
+            ),
         }
 
 
@@ -212,5 +228,7 @@ def _rows(database_url: str, sql: str, params: tuple[Any, ...]) -> list[tuple[An
         return conn.execute(sql, params).fetchall()
 
 
-def postgres_services(context: FleetContext) -> dict[str, ServiceFault]:
-    return PostgresFaults(context).services()
+def postgres_services(
+    context: FleetContext, probe_prefix: str = "probe_"
+) -> dict[str, ServiceFault]:
+    return PostgresFaults(context, probe_prefix).services()

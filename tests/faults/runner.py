@@ -5,6 +5,7 @@ the timeline stay in ``artifacts``."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -25,7 +26,7 @@ from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
 from tests.faults.nemesis import FaultEvent, Nemesis, ServiceFault
 from tests.faults.postgres_cluster import PrivatePostgres, private_postgres
-from tests.faults.process import APP, FLEET_PYTHONPATH, wait_for_output, wait_until
+from tests.faults.process import APP, FLEET_PYTHONPATH, read_ledger, wait_for_output, wait_until
 from tests.faults.scenarios import (
     CANCEL_PHASE,
     DRAIN_TIMEOUT,
@@ -58,6 +59,25 @@ class FleetContext:
     checks (and the end of what it measured meanwhile, such as an API probe)."""
 
 
+class Phases:
+    """Wall seconds per phase of a run (fleet start, load, drain, checker, teardown...), written
+    to ``phases.json``: where a scenario's time goes, to keep the quick profile quick."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        """The time since the previous mark went to ``phase``."""
+        now = time.monotonic()
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._last, 2)
+        self._last = now
+
+    def write(self, artifacts: Path) -> None:
+        total = round(sum(self.seconds.values()), 2)
+        (artifacts / "phases.json").write_text(json.dumps(self.seconds | {"total": total}) + "\n")
+
+
 def free_redis_port() -> int:
     # From the top: other runs take the lowest free port, and a scenario that restarts its
     # Redis (S5) leaves its port free meanwhile.
@@ -79,10 +99,25 @@ OWN_RUNNERS: dict[str, Callable[[int, Path], Report]] = {"S9": s9_api.run, "S10"
 """Scenarios that need no fleet, nemesis or load: API fuzzing on one api process, the DST oracle."""
 
 
-def run(name: str, seed: int, artifacts: Path) -> Report:
+def run(
+    name: str, seed: int, artifacts: Path, load_seconds: float | None = None, rate: float = 1.0
+) -> Report:
+    """``load_seconds``, ``rate``: the scenario's load (and faults) that long, at ``rate`` times
+    its once jobs per batch (``Scenario.scaled``)."""
     if name in OWN_RUNNERS:
         return OWN_RUNNERS[name](seed, artifacts)
     scenario = SCENARIOS[name]
+    if load_seconds is not None or rate != 1.0:
+        scenario = scenario.scaled(load_seconds or scenario.load_seconds, rate)
+    phases = Phases()
+    try:
+        return _run_scenario(scenario, seed, artifacts, phases)
+    finally:
+        phases.mark("teardown")
+        phases.write(artifacts)
+
+
+def _run_scenario(scenario: Scenario, seed: int, artifacts: Path, phases: Phases) -> Report:
     artifacts.mkdir(parents=True, exist_ok=True)
     # A run again into the same directory starts clean: logs, ledgers and the ack log append.
     (artifacts / "acks.jsonl").unlink(missing_ok=True)
@@ -97,7 +132,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
         "ONBEAT_LOG_LEVEL": "WARNING",
     }
     if scenario.embedded:
-        return _run_embedded(scenario, seed, artifacts, env)
+        return _run_embedded(scenario, seed, artifacts, env, phases)
     timings = FLEET_TIMINGS | dict(scenario.timings)
     with ExitStack() as stack:
         postgres = None
@@ -106,6 +141,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             schema_url = postgres.url
         else:
             schema_url = stack.enter_context(fresh_schema())
+        phases.mark("postgres")
         redis = stack.enter_context(private_redis(artifacts / "redis", free_redis_port()))
         app_name = f"onbeat-faults-{uuid.uuid4().hex[:10]}"
         env |= {k: str(v) for k, v in timings.items()}
@@ -116,6 +152,7 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
         fleet = Fleet(env, artifacts / "logs")
         stack.callback(fleet.stop_all)
         fleet.migrate()
+        phases.mark("redis + migrate")
         port = free_port()
         supervisor = Supervisor(fleet)
         stack.callback(supervisor.stop)
@@ -133,8 +170,10 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             supervisor.watch(proc)
         api = f"http://127.0.0.1:{port}/api/v1"
         _wait_tasks(api)
+        phases.mark("fleet start")
         context = FleetContext(fleet, supervisor, redis, schema_url, api, artifacts, postgres)
         services = scenario.services(context) if scenario.services else {}
+        phases.mark("services")
         return _drive(
             scenario, seed, artifacts, api, schema_url, supervisor,
             lambda pid: running_of(schema_url, pid),
@@ -155,11 +194,14 @@ def run(name: str, seed: int, artifacts: Path) -> Report:
             services,
             at_load_end=context.at_load_end,
             reporters=context.reporters,
+            phases=phases,
         )  # fmt: skip
     raise AssertionError("unreachable")
 
 
-def _run_embedded(scenario: Scenario, seed: int, artifacts: Path, env: dict[str, str]) -> Report:
+def _run_embedded(
+    scenario: Scenario, seed: int, artifacts: Path, env: dict[str, str], phases: Phases
+) -> Report:
     db_path = artifacts / "onbeat.db"
     db = f"sqlite:///{db_path}"
     timings = EMBEDDED_TIMINGS | dict(scenario.timings)
@@ -175,6 +217,7 @@ def _run_embedded(scenario: Scenario, seed: int, artifacts: Path, env: dict[str,
         supervisor.watch(node)
         api = f"http://127.0.0.1:{port}/api/v1"
         _wait_tasks(api)
+        phases.mark("fleet start")
         pragmas = {p: query(db, f"PRAGMA {p}")[0][0] for p in ("journal_mode", "synchronous")}
 
         def held(_pid: int) -> set[str]:
@@ -192,6 +235,7 @@ def _run_embedded(scenario: Scenario, seed: int, artifacts: Path, env: dict[str,
             ),
             {"timings": timings, "sqlite": pragmas, "processes": "1 onbeat up"},
             submit_first=True,
+            phases=phases,
         )  # fmt: skip
     finally:
         supervisor.stop()
@@ -223,12 +267,15 @@ def _drive(
     submit_first: bool = False,
     at_load_end: list[Callable[[], None]] | None = None,
     reporters: list[Callable[[Report], None]] | None = None,
+    phases: Phases | None = None,
 ) -> Report:
     """Load, faults, cancel, drain, check. ``submit_first``: all one-shots are submitted before
     the first fault (the embedded node's API dies with it)."""
+    phases = phases or Phases()
     if scenario.starts_at is not None:
         period, phase = scenario.starts_at
         time.sleep((phase - time.time()) % period)
+        phases.mark("wait for the start phase")
     acks = AckLog(artifacts / "acks.jsonl")
     load = LoadGenerator(api, scenario.workload, seed, acks)
     victims = [slot for role in scenario.victims for slot in supervisor.slots_of(role)]
@@ -236,8 +283,9 @@ def _drive(
     ledger = artifacts / "ledger"
 
     def held_by(pid: int) -> set[str]:
-        """The store's account, and the ledger's starts without an end by ``pid``."""
-        lines = [e for e in read_ledgers(ledger) if e["pid"] == pid]
+        """The store's account, and the ledger's starts without an end by ``pid`` (its own file:
+        N1's ledgers grow to hundreds of MB, and a frozen victim waits for this)."""
+        lines = read_ledger(ledger / f"ledger-{pid}.jsonl")
         ended = {e["execution_id"] for e in lines if e["event"] == "end"}
         return held(pid) | {e["execution_id"] for e in lines if e["event"] == "start"} - ended
 
@@ -254,12 +302,14 @@ def _drive(
             time.sleep(min(1.0, left))
     finally:
         nemesis.stop()
+    phases.mark("load")
     nemesis.write(artifacts / "timeline.json")
     for end in at_load_end or ():
         end()
     # Every restart of the last kill is done before the cancels go to the API.
     wait_until(lambda: all(p.process.poll() is None for p in supervisor.slots), 30, "restarts")
     wait_until(lambda: _answers(api), 30, "the API after the last restart")
+    phases.mark("last fault, restarts")
     load.stop_submitting()
     # A cron run the cancel catches unstarted is judged cancelled by design only if it fell due
     # within the cancel boundary: so the fleet first works off the backlog the faults left.
@@ -271,11 +321,13 @@ def _drive(
         lambda: _none_left(db, backlog.format(now=int(time.time() * 1e6))),
         DRAIN_TIMEOUT, "the backlog to be worked off before the cancel",
     )  # fmt: skip
+    phases.mark("backlog")
     load.cancel_crons(CANCEL_PHASE)
     acks.close()
     pending = "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', 'running')"
     wait_until(lambda: _none_left(db, pending), DRAIN_TIMEOUT, "every run to be final")
     seconds = time.monotonic() - began
+    phases.mark("cancel, drain")
     supervisor.stop()
     caused = {e.pid for e in nemesis.timeline}
     deaths = [
@@ -305,6 +357,8 @@ def _drive(
     }
     for add in reporters or ():
         add(report)
+    phases.mark("checker")
+    report.config["phases"] = dict(phases.seconds)
     report.write(artifacts)
     return report
 

@@ -5,6 +5,7 @@ SQLite node."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from tests.faults.clocks import PLAN_SECONDS, clock_faults, skew_plan, skewed_env
 from tests.faults.loadgen import Special, Workload
-from tests.faults.nemesis import PlannedFault, ServiceFault, mixed_plan, random_plan
-from tests.faults.postgres_faults import postgres_plan, postgres_services
-from tests.faults.redis_faults import redis_plan, redis_services
+from tests.faults.nemesis import PlannedFault, ServiceFault, combined_plan, random_plan
+from tests.faults.postgres_faults import postgres_faults, postgres_plan, postgres_services
+from tests.faults.redis_faults import REDIS_FAULTS, redis_plan, redis_services
 from tests.faults.schedulers import scheduler_services, takeover_plan
 
 if TYPE_CHECKING:
@@ -72,11 +73,16 @@ def every(
     return plan
 
 
-def mixed(kinds: Sequence[tuple[str, float]], interval: tuple[float, float]) -> PlanMaker:
-    """A random one of ``kinds`` (kind, lasts) to a random victim every U(``interval``) s."""
+def combined(
+    process_kinds: Sequence[tuple[str, float]],
+    service_kinds: Sequence[tuple[str, float]],
+    interval: tuple[float, float],
+) -> PlanMaker:
+    """A process fault (of ``process_kinds``, a random victim) or a service fault, half and
+    half, U(``interval``) s after the previous one ended (``nemesis.combined_plan``)."""
 
     def plan(seed: int, slots: list[int], duration: float) -> list[PlannedFault]:
-        return mixed_plan(seed, kinds, slots, interval, duration)
+        return combined_plan(seed, process_kinds, service_kinds, slots, interval, duration)
 
     return plan
 
@@ -110,6 +116,15 @@ class Scenario:
     """Measure ``t_takeover`` of the scheduler faults and audit materialisations (S4)."""
     burst_p99: float | None = None
     """Bound on the start-delay p99 of the one-shots all due at one instant (S8)."""
+
+    def scaled(self, load_seconds: float, rate: float = 1.0) -> Scenario:
+        """The scenario with its load over ``load_seconds`` at the same pace (batches scaled),
+        its plan drawn over as long: a short N1 to try by hand; ``rate`` scales the once jobs
+        per batch (a box that cannot start N1's 280 runs/s beside other work)."""
+        batches = max(1, round(self.workload.batches * load_seconds / self.load_seconds))
+        batch = max(1, round(self.workload.batch * rate))
+        workload = dataclasses.replace(self.workload, batches=batches, batch=batch)
+        return dataclasses.replace(self, workload=workload, load_seconds=load_seconds)
 
 
 def herd(name: str, batches: int, crons: int) -> Scenario:
@@ -265,15 +280,27 @@ RELIABILITY.md's S8 at full size (5,000 + 1,000): a 2-core box shared by 7 proce
 them at 850-2,000 runs/s, so its 2 s p99 bound waits for issue 10's throughput work; by hand."""
 
 NIGHTLY_FAULTS = [("kill -9", 0.0), ("kill -STOP", 2 * LEASE_TTL), ("kill -TERM", 0.0)]
+NIGHTLY_SERVICE_FAULTS = [*REDIS_FAULTS, *postgres_faults(lock_for=LEASE_TTL + 1)]
+"""S5's Redis faults and S6's PostgreSQL faults, as those scenarios inject them."""
+
+
+def nightly_services(context: FleetContext) -> dict[str, ServiceFault]:
+    """S5's and S6's faults and API probes side by side, their probe metrics named apart."""
+    return redis_services(context, "redis_probe_") | postgres_services(context, "pg_probe_")
+
+
 SCENARIOS["N1"] = Scenario(
     "N1",
-    "nightly: 1M runs over an hour, 3 schedulers, kill -9 / -STOP / -TERM of random workers and"
-    " schedulers every U(15, 30) s",
-    Workload(batches=6000, batch=167, pace=0.6, due_within=(1.0, 5.0), crons=50),
+    "nightly: 1M runs over an hour, 3 schedulers; every U(15, 30) s after the previous fault"
+    " ended, kill -9 / -STOP / -TERM of a random worker or scheduler, or one of S5's Redis faults"
+    " or S6's PostgreSQL faults (half and half)",
+    Workload(batches=6000, batch=167, pace=0.6, due_within=(1.0, 5.0), crons=50, keyed=True),
     load_seconds=3600,
-    plan=mixed(NIGHTLY_FAULTS, (15.0, 30.0)),
+    plan=combined(NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, (15.0, 30.0)),
     victims=("worker", "scheduler"),
     schedulers=3,
+    services=nightly_services,
+    private_postgres=True,  # its PostgreSQL faults restart and crash the store
 )
 PROFILES = {
     "quick": ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11"),

@@ -3,12 +3,20 @@ percentile is the one its table claims, and the oracle's cron fire times are the
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 
 from tests.faults import summary
 from tests.faults.checker import Report, percentile
-from tests.faults.nemesis import PlannedFault, mixed_plan, random_plan
+from tests.faults.nemesis import (
+    PROCESS_FAULTS,
+    PlannedFault,
+    combined_plan,
+    mixed_plan,
+    random_plan,
+)
 from tests.faults.oracle import SubmittedJob
+from tests.faults.scenarios import NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, SCENARIOS
 from tests.faults.schedulers import KILL, PAUSE, takeover_plan
 
 
@@ -41,6 +49,32 @@ def test_mixed_plan__draws_every_kind_with_its_duration() -> None:
     plan = mixed_plan(7, kinds, [1, 2, 3], (1.0, 2.0), 200.0)
     assert plan == mixed_plan(7, kinds, [1, 2, 3], (1.0, 2.0), 200.0)
     assert {(f.kind, f.lasts) for f in plan} == set(kinds)
+
+
+def test_combined_plan__process_and_service_faults_never_within_one_another() -> None:
+    slots = [3, 4, 5, 6, 7, 8, 9]
+    plan = combined_plan(7, NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, slots, (15.0, 30.0), 3600.0)
+    assert plan == combined_plan(
+        7, NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, slots, (15.0, 30.0), 3600.0
+    )
+    assert {(f.kind, f.lasts) for f in plan} == set(NIGHTLY_FAULTS) | set(NIGHTLY_SERVICE_FAULTS)
+    assert all(f.slot in slots for f in plan if f.kind in PROCESS_FAULTS)
+    assert all(f.slot == -1 for f in plan if f.kind not in PROCESS_FAULTS)
+    # Each starts 15-30 s after the previous one's outage (pause, lock, server down) ended.
+    assert all(
+        15.0 <= then.offset - (first.offset + first.lasts) <= 30.0
+        for first, then in itertools.pairwise(plan)
+    )
+    assert plan[-1].offset < 3600.0
+
+
+def test_scenario_scaled__same_pace_over_fewer_seconds_and_a_plan_to_match() -> None:
+    n1 = SCENARIOS["N1"]
+    short = n1.scaled(300)
+    assert (short.load_seconds, short.workload.batches) == (300, 500)
+    assert short.workload.pace == n1.workload.pace and short.workload.batch == n1.workload.batch
+    assert short.plan(7, [3, 4], 300)[-1].offset < 300 < n1.plan(7, [3, 4], 3600)[-1].offset
+    assert short.services is n1.services and short.private_postgres
 
 
 def test_summary_table__a_column_per_scenario_failures_marked() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,34 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_a_reap_the_store_kept_waiti
     assert await node.scheduler.reap() == 0  # the holder's heartbeat may be right behind
     node.clock.advance(settings.lease_ttl)
     assert await node.scheduler.reap() == 1  # nobody renewed it in a lease TTL
+
+
+async def test_rescue__no_reap_by_a_pass_that_waited_to_reach_the_store(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (fault suite N1, PostgreSQL ``stop -m immediate`` + start on a busy box): a
+    reap pass waited for a connection through the server's 5.7 s of crash recovery, past the
+    store's grace from the server's start, and reaped the healthy workers' runs the moment it got
+    in, before they could reconnect: their outcomes were refused and every run ran twice."""
+    settings = node.app.settings
+    node.app.schedule("record", {"n": 1})
+    await node.dispatch()
+    ids = await node.queue.claim_due(100)
+    holder = node.new_worker()
+    started = node.app.store.execution_claim(
+        ids, holder.owner, settings.lease_ttl, settings.misfire_grace
+    ).started
+    assert len(started) == 1
+    now = node.app.store.now
+
+    def waited() -> datetime:
+        node.clock.advance(settings.lease_ttl + 1)  # got through after the leases ran out
+        return now()
+
+    monkeypatch.setattr(node.app.store, "now", waited)
+    assert await node.scheduler.reap() == 0  # the holder is reconnecting too
+    monkeypatch.setattr(node.app.store, "now", now)
+    node.clock.advance(settings.lease_ttl - 1)
+    assert await node.scheduler.reap() == 0
+    node.clock.advance(1)
+    assert await node.scheduler.reap() == 1  # nobody renewed it in a lease TTL: dead after all
