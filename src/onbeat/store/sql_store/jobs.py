@@ -86,9 +86,13 @@ class JobTransactions(SQLBase):
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
         answers: list[Job | str] = []  # a job replayed, or the id of one created
         with self._tx() as c:
+            if any(new.idempotency_key is not None for new in news):
+                c.execute(
+                    self._q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)}
+                )
             for new, (row, first) in zip(news, made, strict=True):
                 if new.idempotency_key is not None:
-                    replayed = self._idempotent_job(c, new, now)
+                    replayed = self._idempotent_job(c, new)
                     if replayed is not None:
                         answers.append(replayed)
                         continue
@@ -150,8 +154,7 @@ class JobTransactions(SQLBase):
         }
         return row, first
 
-    def _idempotent_job(self, c: Connection, new: NewJob, now: datetime) -> Job | None:
-        c.execute(self._q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
+    def _idempotent_job(self, c: Connection, new: NewJob) -> Job | None:
         found = c.execute(
             self._q["idempotency_key_get"], {"tenant": new.tenant, "key": new.idempotency_key}
         ).fetchone()
