@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -83,20 +84,27 @@ class Row:
 
     __slots__ = ("_index", "_values")
 
-    def __init__(self, index: Mapping[str, int], values: Sequence[Any]) -> None:
+    def __init__(self, index: Mapping[str | int, int], values: Sequence[Any]) -> None:
         self._index = index
+        """Column name -> position, and each position -> itself: one look-up either way (the
+        hot path reads ~30 columns a run by name)."""
         self._values = values
 
     def __getitem__(self, key: str | int) -> Any:
-        return self._values[self._index[key] if isinstance(key, str) else key]
+        return self._values[self._index[key]]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
 
     def keys(self) -> list[str]:
-        return list(self._index)
+        return [key for key in self._index if isinstance(key, str)]
 
 
 def _row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
-    index = {column.name: i for i, column in enumerate(cursor.description or ())}
-    return lambda values: Row(index, values)
+    columns = cursor.description or ()
+    index: dict[str | int, int] = {column.name: i for i, column in enumerate(columns)}
+    index.update((i, i) for i in range(len(columns)))
+    return partial(Row, index)
 
 
 class _Connection:

@@ -36,6 +36,7 @@ from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
 from onbeat.task import Pool, Task, TaskContext, TaskRegistry
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
+from onbeat.worker.instruments import TaskInstruments
 from onbeat.worker.outage import FailureStreak
 from onbeat.worker.processes import ChildTaskError, ProcessExecutor
 from onbeat.worker.results import stored_result
@@ -141,6 +142,7 @@ class Worker:
             held=self._held_leases,
             on_lost=self._leases_lost,
         )
+        self._per_task = TaskInstruments(self.metrics)
         self._watchdog = LoopWatchdog(
             settings.loop_stall_warning, self._describe_run, self._count_stall
         )
@@ -265,10 +267,13 @@ class Worker:
         self.stats.started += len(started)
         self.metrics.runs_in_flight.set(len(self._held))
         now = self.clock.now()
+        observe = self.metrics.start_delay.observe
+        logging_starts = log.isEnabledFor(logging.INFO)  # no fields built for a line not written
         for held in started:
             ex = held.run.execution
-            self.metrics.start_delay.observe(max(0.0, (now - ex.due_at).total_seconds()))
-            log.info("execution started", extra=run_fields(ex, task=held.run.task))
+            observe(max(0.0, (now - ex.due_at).total_seconds()))
+            if logging_starts:
+                log.info("execution started", extra=run_fields(ex, task=held.run.task))
 
     async def _hold_unstarted(self, claiming: asyncio.Future[ClaimResult]) -> None:
         """The worker is stopping in the middle of a claim, which commits all the same: hold what
@@ -324,7 +329,7 @@ class Worker:
             attempt=ex.attempt,
             fencing_token=ex.fencing_token,
             scheduled_for=ex.scheduled_for,
-            logger=logging.getLogger(f"onbeat.task.{run.task}"),
+            logger=self._per_task.logger(run.task),
         )
         timed_out = False
         started = self.clock.monotonic()
@@ -334,7 +339,7 @@ class Worker:
             try:
                 result = await executor.run(task, ctx, run.params, run.timeout)
             finally:
-                self.metrics.run_duration.labels(run.task).observe(self.clock.monotonic() - started)
+                self._per_task.run_duration(run.task).observe(self.clock.monotonic() - started)
             return Completion(ex.id, ex.fencing_token, succeeded=True, result=stored_result(result))
         except TaskTimeout:
             timed_out = True
@@ -391,10 +396,19 @@ class Worker:
             self._waiting_jobs -= ended_jobs
             if self.on_runs_woken is not None:
                 self.on_runs_woken()
+        logging_successes = log.isEnabledFor(logging.INFO)
+        succeeded: dict[str, int] = {}
         for done in batch:
             run = runs.get(done.execution_id)
-            fields = run_fields(run.execution, task=run.task) if run else {}
-            fields |= {"execution_id": done.execution_id, "fencing_token": done.fencing_token}
+            task = run.task if run else "unknown"
+            if done.succeeded and done.execution_id in accepted:
+                # the common case, counted per task below: no fields unless a line is written
+                self.stats.succeeded += 1
+                succeeded[task] = succeeded.get(task, 0) + 1
+                if logging_successes:
+                    log.info("execution succeeded", extra=_outcome_fields(done, run))
+                continue
+            fields = _outcome_fields(done, run)
             if done.execution_id not in accepted:
                 self.stats.fenced += 1
                 self.metrics.fenced.inc()
@@ -405,25 +419,21 @@ class Worker:
                     extra=fields,
                 )
                 continue
-            if done.succeeded:
-                self.stats.succeeded += 1
-            else:
-                self.stats.failed += 1
-            self._count_outcome(done, run.task if run else "unknown", fields)
+            self.stats.failed += 1
+            self._count_failure(done, task, fields)
+        for task, n in succeeded.items():
+            self._per_task.outcomes(task, "succeeded").inc(n)
         return True
 
-    def _count_outcome(self, done: Completion, task: str, fields: dict[str, Any]) -> None:
-        """Metrics and the state-change log line of an outcome the store accepted."""
-        if done.succeeded:
-            self.metrics.executions.labels(task, "succeeded").inc()
-            log.info("execution succeeded", extra=fields)
-        elif done.retry_in is not None:
+    def _count_failure(self, done: Completion, task: str, fields: dict[str, Any]) -> None:
+        """Metrics and the state-change log line of a failed outcome the store accepted."""
+        if done.retry_in is not None:
             self.metrics.retries.labels(task).inc()
             log.info(
                 "execution failed; retrying in %ss: %s", done.retry_in, done.error, extra=fields
             )
         else:
-            self.metrics.executions.labels(task, "failed").inc()
+            self._per_task.outcomes(task, "failed").inc()
             self.metrics.dead_letters.inc()
             log.warning("execution failed; dead-lettered: %s", done.error, extra=fields)
 
@@ -542,6 +552,13 @@ class Worker:
         await self._async_executor.close()
         for pool in self._pools.values():
             await pool.close()
+
+
+def _outcome_fields(done: Completion, run: ClaimedRun | None) -> dict[str, Any]:
+    """The fields of an outcome's log line: the run's, with the outcome's own id and token."""
+    fields = run_fields(run.execution, task=run.task) if run else {}
+    fields |= {"execution_id": done.execution_id, "fencing_token": done.fencing_token}
+    return fields
 
 
 def run_fields(execution: Execution, **more: Any) -> dict[str, Any]:

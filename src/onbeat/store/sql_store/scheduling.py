@@ -12,7 +12,6 @@ from onbeat.model import (
     Execution,
     ExecutionStatus,
     JobStatus,
-    MisfirePolicy,
     RetryPolicy,
     Trigger,
 )
@@ -31,6 +30,7 @@ from onbeat.store.base import (
 from onbeat.store.rows import (
     MAX_US,
     from_us,
+    misfire_policy,
     opt_dt,
     schedule_of,
     to_us,
@@ -104,15 +104,17 @@ class SchedulingTransactions(LimitTransactions):
             to_skip: list[tuple[Row, str]] = []
             new_runs: list[tuple[str, int, int, PlannedExecution]] = []
             next_fires: dict[str, tuple[Row, PlannedExecution]] = {}
+            schedule_trigger = Trigger.SCHEDULE.value
             for r in rows:
-                first_dispatch = r["attempt"] == 0 and r["trigger"] == Trigger.SCHEDULE.value
+                first_dispatch = r["attempt"] == 0 and r["trigger"] == schedule_trigger
+                due_at = from_us(r["due_at"])  # once: the plan's and the queue item's
                 plan = plan_dispatch(
                     schedule=schedule_of(r),
-                    misfire=MisfirePolicy(r["misfire"]),
+                    misfire=misfire_policy(r["misfire"]),
                     catchup_window=r["catchup_window"],
                     jitter=r["jitter"],
                     scheduled_for=from_us(r["scheduled_for"]),
-                    due_at=from_us(r["due_at"]),
+                    due_at=due_at,
                     first_dispatch=first_dispatch,
                     materialize_next=first_dispatch and r["scheduled_for"] == r["next_fire_at"],
                     now=now,
@@ -124,7 +126,7 @@ class SchedulingTransactions(LimitTransactions):
                     to_queue.append(r["id"])
                     if plan.current.catchup:
                         catchups.append(r["id"])
-                    out.append(QueueItem(r["id"], from_us(r["due_at"]), r["priority"], r["shard"]))
+                    out.append(QueueItem(r["id"], due_at, r["priority"], r["shard"]))
                 else:
                     to_skip.append((r, plan.current.reason or "skipped"))
                 new_runs.extend((r["job_id"], r["shard"], r["priority"], run) for run in plan.also)
