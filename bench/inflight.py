@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
     sys.path.insert(0, str(REPO))
 
 from bench.fleet import APP, SERVER, SUBMIT_BATCH, Fleet, bench_app, environment  # noqa: E402
-from bench.fleet_measure import CpuMonitor, Starts, proc_rss_kib  # noqa: E402
+from bench.fleet_measure import CpuMonitor, PgSampler, Starts, proc_rss_kib  # noqa: E402
 
 TASK = "bench.sleep"
 
@@ -194,6 +194,9 @@ def hold(under_test: Processes, monitor: CpuMonitor, args: argparse.Namespace) -
     hold_s = (first + args.sleep - reached_at - 0.5) if first else 0.0
     hold_figures: dict[str, Any] = {"hold_s": None}
     if all_started and hold_s >= 1.0:
+        sampler = PgSampler(SERVER, args.pg_app_names) if args.pg_sample else None
+        if sampler is not None:
+            sampler.start()
         monitor.mark()
         time.sleep(hold_s)
         held_cpu = cpu_report(monitor, embedded)
@@ -202,6 +205,9 @@ def hold(under_test: Processes, monitor: CpuMonitor, args: argparse.Namespace) -
             "hold_cpu_per_s": {g: round(v["cpu_s"] / hold_s, 4) for g, v in held_cpu.items()},
             "hold_rss_kib": rss_kib(under_test.procs),
         }
+        if sampler is not None:
+            sampler.stop()
+            hold_figures["hold_pg_statements"] = sampler.report()
     deadline = (first or submitted_at) + args.sleep + args.timeout
     store: dict[str, int] = {}
     while time.time() < deadline:
@@ -243,6 +249,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()
     under_test: EmbeddedNode | Fleet
     if args.mode == "embedded":
+        if args.pg_sample:
+            raise SystemExit("--pg-sample: the embedded node has no PostgreSQL")
         node = EmbeddedNode(workdir, args.concurrency or args.runs, cap)
         monitor = CpuMonitor(SERVER, [])
         under_test = node
@@ -265,6 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         under_test = fleet
         fleet.open()
         monitor = CpuMonitor(SERVER, fleet.pg_app_names)
+        args.pg_app_names = fleet.pg_app_names
         try:
             if fleet.redis is not None:
                 monitor.add(fleet.redis.pid, "redis-server", "redis")
@@ -327,6 +336,13 @@ def print_table(result: dict[str, Any]) -> None:
         print("  CPU s per second holding: " + ", ".join(
             f"{g} {v}" for g, v in sorted(f["hold_cpu_per_s"].items())
         ))  # fmt: skip
+    if f.get("hold_pg_statements"):
+        pg = f["hold_pg_statements"]
+        print(
+            f"  PostgreSQL while holding: {pg['busy_backends']} backends busy on average; by statement:"
+        )
+        for name, share in pg["by_statement_and_wait"].items():
+            print(f"    {name:<60} {share:>6}")
     print(f"  load average before {result['loadavg_before']}, after {result['loadavg_after']}")
 
 
@@ -342,6 +358,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-in-flight", type=int, help="global cap (default: --runs)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds the processes idle first")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds past --sleep to give up")
+    p.add_argument(
+        "--pg-sample",
+        action="store_true",
+        help="distributed: sample the fleet's statements in pg_stat_activity while holding",
+    )
     p.add_argument("--keep", action="store_true", help="keep the schema and the work directory")
     return p.parse_args(argv)
 
