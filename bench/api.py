@@ -115,7 +115,7 @@ async def drive(
             t0 = time.perf_counter()
             try:
                 response = await request(client)
-                outcome = None if response.status_code == expected else str(response.status_code)
+                outcome = None if response.status_code == expected else problem_of(response)
             except httpx.HTTPError as exc:
                 outcome = type(exc).__name__
             elapsed = time.perf_counter() - t0
@@ -125,6 +125,17 @@ async def drive(
                     phase.errors[outcome] = phase.errors.get(outcome, 0) + 1
 
     await asyncio.gather(*(worker(client) for client in clients))
+
+
+def problem_of(response: httpx.Response) -> str:
+    """An unexpected answer, as its status, problem type and the start of its detail."""
+    try:
+        body = response.json()
+        kind = str(body.get("type", "")).rsplit("/", 1)[-1]
+        detail = str(body.get("detail", ""))[:100]
+    except (ValueError, AttributeError):
+        return str(response.status_code)
+    return f"{response.status_code} {kind}: {detail}"
 
 
 async def run_phase(

@@ -228,6 +228,9 @@ def hold(under_test: Processes, monitor: CpuMonitor, args: argparse.Namespace) -
         "sleep_s": args.sleep,
         "submit_s": round(submit_s, 2),
         "all_running_after_submit_s": round(last - submitted_at, 2) if last else None,
+        "all_running_after_submit_end_s": (
+            round(last - submitted_at - submit_s, 2) if last else None
+        ),
         "all_at_once": bool(first and last and last < first + args.sleep),
         "running_in_store_when_all_started": running,
         "timed_out": not all_started or store.get("succeeded", 0) < n,
@@ -313,7 +316,8 @@ def print_table(result: dict[str, Any]) -> None:
         ("runs / started / lost / duplicated", f"{f['runs']} / {f['started']} / {f['lost']} / "
          f"{f['duplicated']}"),
         ("submission (submit_many)", f"{f['submit_s']} s"),
-        ("submission -> last start", f"{f['all_running_after_submit_s']} s"),
+        ("submission began / ended -> last start", f"{f['all_running_after_submit_s']} / "
+         f"{f['all_running_after_submit_end_s']} s"),
         ("all running at once / store says running", f"{f['all_at_once']} / "
          f"{f['running_in_store_when_all_started']}"),
         ("worker RSS growth per run in flight", f"{f['worker_kib_per_run_in_flight']} KiB"),
