@@ -35,7 +35,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -52,6 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
     sys.path.insert(0, str(REPO))
 
+from bench.api_servers import free_port  # noqa: E402
 from bench.fleet import APP, SERVER, SUBMIT_BATCH, Fleet, bench_app, environment  # noqa: E402
 from bench.fleet_measure import CpuMonitor, PgSampler, Starts, proc_rss_kib  # noqa: E402
 
@@ -114,13 +114,6 @@ class EmbeddedNode:
 
     def stop(self, timeout: float = 30) -> dict[str, int | None]:
         return stop_all(self.procs, timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def wait_for_line(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float) -> None:
