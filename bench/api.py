@@ -1,27 +1,39 @@
-"""Benchmark of the REST API on the embedded node: ``POST /jobs`` and ``GET /jobs/{id}``.
+"""W5, the REST API: ``POST /jobs``, ``GET /jobs/{id}`` and the bulk create ``POST /jobs/batch``.
 
-Starts ``onbeat up --app bench.api:app`` (a subprocess: REST API, scheduler and workers in one
-process, as users run it) on a temporary SQLite file and a free port, waits for its
-"onbeat API:" line, then runs two phases, each driven by ``--concurrency`` workers that share one
-count of ``--requests`` requests (and stop at ``--max-seconds`` whatever the count); each worker
-has its own ``httpx.AsyncClient``, so one keep-alive connection:
+Modes (``--mode``), the servers in ``bench/api_servers.py``:
 
-- ``POST /jobs``: submit a job of a no-op task (``--schedule now``: it runs at once, so the node's
-  scheduler and worker are busy too; ``--schedule cron``: planned for next New Year, so only
-  the API and the store work).
-- ``GET /jobs/{id}``: read a random job submitted by the first phase (definition, next fire
-  times and its recent executions).
+- ``embedded`` (the default): ``onbeat up --app bench.api:app`` (REST API, scheduler and workers
+  in one process, as users run it) on a temporary SQLite file and a free port.
+- ``distributed``: ``onbeat migrate`` on a fresh schema of the local PostgreSQL, the bench's
+  tasks published to its catalog as a worker would, then ``--api-processes`` (1) ``onbeat api``
+  processes on free ports (one process serves one event loop: add processes, not threads, for
+  more cores; the connections are spread over them, as a load balancer would), plus a scheduler
+  and a worker on the table queue only with ``--schedule now``.
 
-``--warmup`` requests of each kind come first and are not counted. Latency is measured in the
-load generator, from just before the request is sent to the end of its response; the load
-generator is one Python process, so a figure that grows with ``--concurrency`` while req/s stays
-flat is queueing (look at the node's CPU share in the table). Prints a table and one
-``BENCH_JSON {...}`` line with all figures.
+Phases (``--phases``, in this order), each driven by ``--concurrency`` workers that share one
+count of requests (and stop at ``--max-seconds`` whatever the count); each worker has its own
+``httpx.AsyncClient``, so one keep-alive connection:
+
+- ``post``: ``--requests`` ``POST /jobs`` of a no-op task (``--schedule now``: it runs at once,
+  so the node's scheduler and worker are busy too; ``--schedule cron``: planned for next New
+  Year, so only the API and the store work).
+- ``get``: ``--requests`` ``GET /jobs/{id}`` of a random job the ``post`` phase created
+  (definition, next fire times and its recent executions).
+- ``bulk``: ``--bulk-requests`` ``POST /jobs/batch`` of ``--batch-size`` jobs each; jobs/s is
+  requests/s times the batch size, latency is per request.
+
+Warm-up requests come first and are not counted (``--warmup``; ``--bulk-warmup`` for ``bulk``).
+Latency is measured in the load generator, from just before the request is sent to the end of
+its response; the load generator is one Python process on the same 2 cores, so a figure that
+grows with ``--concurrency`` while req/s stays flat is queueing (look at the servers' CPU share
+in the table: each process's, and, distributed, its PostgreSQL backends'). Prints a table and
+one ``BENCH_JSON {...}`` line with all figures.
 
 Examples::
 
     .venv/bin/python bench/api.py                              # 5,000 each, concurrency 32
     .venv/bin/python bench/api.py --schedule cron --concurrency 8 --requests 2000
+    .venv/bin/python bench/api.py --mode distributed --schedule cron --api-processes 2
 """
 
 from __future__ import annotations
@@ -32,28 +44,31 @@ import contextlib
 import json
 import os
 import platform
-import queue
 import random
 import resource
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from onbeat import App, TaskContext
-
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
+    sys.path.insert(0, str(REPO))
+
+from onbeat import App, TaskContext  # noqa: E402
+
+if TYPE_CHECKING:  # not at run time: the node imports this module for its app
+    from bench.api_servers import Servers
+
 TASK_NAME = "bench.noop"
 CRON_FAR = "0 0 1 1 *"
+PHASES = ("post", "get", "bulk")
 
 # The app the node serves (``onbeat up --app bench.api:app``): one no-op task.
 app = App()
@@ -64,80 +79,15 @@ async def noop(ctx: TaskContext) -> None:
     return None
 
 
-# --- the node -----------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class NodeProcess:
-    """``onbeat up`` on ``database_url`` and a free port, until :meth:`stop`."""
-
-    def __init__(self, database_url: str, log: Path, timeout: float = 60.0) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "ONBEAT_LOG_LEVEL": "WARNING"}
-        command = [sys.executable, "-m", "onbeat", "up", "--app", "bench.api:app"]
-        with log.open("wb") as log_file:
-            self.process = subprocess.Popen(
-                [*command, "--port", str(self.port), "--database-url", database_url],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                text=True,
-            )
-        lines: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._pump, args=(lines,), daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
-                self.stop()
-                raise RuntimeError(f"onbeat up did not start; see {log}:\n{log.read_text()}")
-            if line.startswith("onbeat API:"):
-                return
-
-    def _pump(self, lines: queue.Queue[str | None]) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the node so far (Linux /proc)."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._reader.join(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
 # --- load ---------------------------------------------------------------------------------------
 @dataclass
 class Phase:
     name: str
+    jobs_per_request: int = 1
     latencies: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-    node_cpu: float = 0.0
+    server_cpu: dict[str, float] = field(default_factory=dict)
     client_cpu: float = 0.0
 
 
@@ -165,7 +115,7 @@ async def drive(
             t0 = time.perf_counter()
             try:
                 response = await request(client)
-                outcome = None if response.status_code == expected else str(response.status_code)
+                outcome = None if response.status_code == expected else problem_of(response)
             except httpx.HTTPError as exc:
                 outcome = type(exc).__name__
             elapsed = time.perf_counter() - t0
@@ -177,21 +127,34 @@ async def drive(
     await asyncio.gather(*(worker(client) for client in clients))
 
 
+def problem_of(response: httpx.Response) -> str:
+    """An unexpected answer, as its status, problem type and the start of its detail."""
+    try:
+        body = response.json()
+        kind = str(body.get("type", "")).rsplit("/", 1)[-1]
+        detail = str(body.get("detail", ""))[:100]
+    except (ValueError, AttributeError):
+        return str(response.status_code)
+    return f"{response.status_code} {kind}: {detail}"
+
+
 async def run_phase(
-    node: NodeProcess,
+    servers: Servers,
     clients: Sequence[httpx.AsyncClient],
-    name: str,
+    phase: Phase,
     request: Request,
     expected: int,
-    args: argparse.Namespace,
+    counts: tuple[int, int],
+    max_seconds: float,
 ) -> Phase:
-    """A warm-up (its connections stay open), then the measured requests."""
-    await drive(clients, request, expected, args.warmup, args.max_seconds, None)
-    phase = Phase(name)
-    cpu0, node_cpu0, t0 = process_cpu(), node.cpu_seconds(), time.perf_counter()
-    await drive(clients, request, expected, args.requests, args.max_seconds, phase)
+    """``counts``: a warm-up (its connections stay open), then the measured requests."""
+    warmup, requests = counts
+    await drive(clients, request, expected, warmup, max_seconds, None)
+    servers.mark()
+    cpu0, t0 = process_cpu(), time.perf_counter()
+    await drive(clients, request, expected, requests, max_seconds, phase)
     phase.seconds = time.perf_counter() - t0
-    phase.client_cpu, phase.node_cpu = process_cpu() - cpu0, node.cpu_seconds() - node_cpu0
+    phase.client_cpu, phase.server_cpu = process_cpu() - cpu0, servers.cpu()
     return phase
 
 
@@ -209,25 +172,32 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def figures(phase: Phase, concurrency: int) -> dict[str, Any]:
-    lat = sorted(phase.latencies)
+    lat, secs = sorted(phase.latencies), phase.seconds
     ms = {f"p{q}_ms": round(percentile(lat, q) * 1e3, 2) for q in (50, 90, 99)}
     return {
         "phase": phase.name,
         "requests": len(lat),
+        "jobs_per_request": phase.jobs_per_request,
         "errors": dict(phase.errors),
         "concurrency": concurrency,
-        "seconds": round(phase.seconds, 3),
-        "requests_per_second": round(len(lat) / phase.seconds, 1) if phase.seconds else None,
+        "seconds": round(secs, 3),
+        "requests_per_second": round(len(lat) / secs, 1) if secs else None,
+        "jobs_per_second": round(len(lat) * phase.jobs_per_request / secs) if secs else None,
         **ms,
         "max_ms": round(lat[-1] * 1e3, 2) if lat else None,
-        "node_cpu_share": round(phase.node_cpu / phase.seconds, 2) if phase.seconds else None,
-        "client_cpu_share": round(phase.client_cpu / phase.seconds, 2) if phase.seconds else None,
+        "server_cpu_share": round(sum(phase.server_cpu.values()) / secs, 2) if secs else None,
+        "server_cpu_share_by_process": {
+            name: round(cpu / secs, 3) for name, cpu in sorted(phase.server_cpu.items())
+        }
+        if secs
+        else {},
+        "client_cpu_share": round(phase.client_cpu / secs, 2) if secs else None,
     }
 
 
 def print_table(results: Sequence[dict[str, Any]]) -> None:
-    headers = ["PHASE", "REQUESTS", "ERRORS", "CONC", "SECONDS", "REQ/S"]
-    headers += ["P50 MS", "P90 MS", "P99 MS", "MAX MS", "NODE CPU", "CLIENT CPU"]
+    headers = ["PHASE", "REQUESTS", "ERRORS", "CONC", "SECONDS", "REQ/S", "JOBS/S"]
+    headers += ["P50 MS", "P90 MS", "P99 MS", "MAX MS", "SERVER CPU", "CLIENT CPU"]
     rows = [
         [
             r["phase"],
@@ -236,8 +206,9 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
             str(r["concurrency"]),
             f"{r['seconds']:.2f}",
             f"{r['requests_per_second']:.0f}",
+            f"{r['jobs_per_second']:.0f}",
             *(f"{r[k]:.1f}" for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
-            f"{r['node_cpu_share']:.0%}",
+            f"{r['server_cpu_share']:.0%}",
             f"{r['client_cpu_share']:.0%}",
         ]
         for r in results
@@ -250,14 +221,27 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
                 for i, (cell, w) in enumerate(zip(line, widths, strict=True))
             )
         )
+    for r in results:
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in r["server_cpu_share_by_process"].items())
+        print(f"  {r['phase']}: server CPU share by process: {shares}")
 
 
 # --- main ---------------------------------------------------------------------------------------
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=5000, help="Per phase (default 5000).")
+    parser.add_argument("--mode", choices=["embedded", "distributed"], default="embedded")
+    parser.add_argument(
+        "--api-processes", type=int, default=1, help="distributed: onbeat api processes (1)"
+    )
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help=f"Comma-separated, of {', '.join(PHASES)}."
+    )
+    parser.add_argument("--requests", type=int, default=5000, help="post, get (default 5000).")
+    parser.add_argument("--bulk-requests", type=int, default=100, help="bulk (default 100).")
+    parser.add_argument("--batch-size", type=int, default=1000, help="Jobs per bulk request.")
     parser.add_argument("--concurrency", type=int, default=32, help="Workers (default 32).")
-    parser.add_argument("--warmup", type=int, default=200, help="Uncounted requests per phase.")
+    parser.add_argument("--warmup", type=int, default=200, help="Uncounted post, get requests.")
+    parser.add_argument("--bulk-warmup", type=int, default=4, help="Uncounted bulk requests.")
     parser.add_argument(
         "--max-seconds", type=float, default=120.0, help="Bound on each phase (default 120)."
     )
@@ -267,15 +251,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default="now",
         help="now: each job runs at once (the default); cron: planned for next New Year.",
     )
-    parser.add_argument("--keep-db", action="store_true", help="Keep the SQLite file.")
-    return parser.parse_args(argv)
+    parser.add_argument("--keep-db", action="store_true", help="embedded: keep the SQLite file.")
+    args = parser.parse_args(argv)
+    args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    if unknown := set(args.phases) - set(PHASES):
+        parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
+    if "get" in args.phases and "post" not in args.phases:
+        parser.error("the get phase reads the jobs the post phase creates: name post too")
+    return args
 
 
-async def bench(node: NodeProcess, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def bench(servers: Servers, args: argparse.Namespace) -> list[dict[str, Any]]:
     schedule = (
         {"type": "now"} if args.schedule == "now" else {"type": "cron", "expression": CRON_FAR}
     )
     body = {"task": TASK_NAME, "params": {"n": 1}, "schedule": schedule}
+    batch = json.dumps({"jobs": [body] * args.batch_size}).encode()  # encoded once, not per call
     ids: list[str] = []
 
     async def post(client: httpx.AsyncClient) -> httpx.Response:
@@ -287,48 +278,97 @@ async def bench(node: NodeProcess, args: argparse.Namespace) -> list[dict[str, A
     async def get(client: httpx.AsyncClient) -> httpx.Response:
         return await client.get(f"/jobs/{random.choice(ids)}")
 
+    async def bulk(client: httpx.AsyncClient) -> httpx.Response:
+        return await client.post(
+            "/jobs/batch", content=batch, headers={"Content-Type": "application/json"}
+        )
+
+    plans: dict[str, tuple[Phase, Request, tuple[int, int]]] = {
+        "post": (Phase("POST /jobs"), post, (args.warmup, args.requests)),
+        "get": (Phase("GET /jobs/{id}"), get, (args.warmup, args.requests)),
+        "bulk": (
+            Phase(f"POST /jobs/batch ({args.batch_size})", args.batch_size),
+            bulk,
+            (args.bulk_warmup, args.bulk_requests),
+        ),
+    }
+    results = []
     async with contextlib.AsyncExitStack() as stack:
         clients = [
             await stack.enter_async_context(
-                httpx.AsyncClient(base_url=f"{node.url}/api/v1", timeout=60)
+                httpx.AsyncClient(
+                    base_url=f"{servers.urls[i % len(servers.urls)]}/api/v1", timeout=120
+                )
             )
-            for _ in range(args.concurrency)
+            for i in range(args.concurrency)
         ]
-        posted = await run_phase(node, clients, "POST /jobs", post, 201, args)
-        if not ids:
-            raise RuntimeError(f"no job was created: {posted.errors}")
-        read = await run_phase(node, clients, "GET /jobs/{id}", get, 200, args)
-    return [figures(posted, args.concurrency), figures(read, args.concurrency)]
+        for name in (p for p in PHASES if p in args.phases):
+            phase, request, counts = plans[name]
+            await run_phase(
+                servers,
+                clients,
+                phase,
+                request,
+                201 if name != "get" else 200,
+                counts,
+                args.max_seconds,
+            )
+            if name == "post" and not ids:
+                raise RuntimeError(f"no job was created: {phase.errors}")
+            results.append(figures(phase, args.concurrency))
+    return results
+
+
+def start_servers(args: argparse.Namespace, tmp: Path) -> Servers:
+    from bench.api_servers import ApiFleet, NodeProcess
+
+    if args.mode == "embedded":
+        return NodeProcess(f"sqlite:///{tmp / 'onbeat.db'}", tmp / "node.log")
+    return ApiFleet(tmp, args.api_processes, with_worker=args.schedule == "now")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     tmp = Path(tempfile.mkdtemp(prefix="onbeat-bench-api-"))
+    load_before = os.getloadavg()
     try:
-        node = NodeProcess(f"sqlite:///{tmp / 'onbeat.db'}", tmp / "node.log")
+        servers = start_servers(args, tmp)
         try:
-            results = asyncio.run(bench(node, args))
+            results = asyncio.run(bench(servers, args))
         finally:
-            node.stop()
+            servers.stop()
     finally:
-        if args.keep_db:
+        if args.keep_db and args.mode == "embedded":
             print(f"database kept: {tmp / 'onbeat.db'}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    load_after = os.getloadavg()
+    where = (
+        "the embedded node (SQLite)"
+        if args.mode == "embedded"
+        else f"{args.api_processes} onbeat api process(es) (PostgreSQL)"
+    )
     print(
-        f"onbeat REST API on the embedded node (SQLite, schedule={args.schedule}), "
-        f"{args.requests} requests per phase, {args.concurrency} concurrent connections, "
-        f"{args.warmup} warm-up; Python {platform.python_version()}, {os.cpu_count()} CPUs"
+        f"onbeat REST API on {where}, schedule={args.schedule}, {args.requests} requests per "
+        f"phase ({args.bulk_requests} of {args.batch_size} jobs in bulk), {args.concurrency} "
+        f"concurrent connections; Python {platform.python_version()}, {os.cpu_count()} CPUs; "
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}"
     )
     print_table(results)
     summary = {
         "benchmark": "api",
+        "mode": args.mode,
+        "api_processes": args.api_processes if args.mode == "distributed" else None,
         "schedule": args.schedule,
         "requests": args.requests,
+        "bulk_requests": args.bulk_requests,
+        "batch_size": args.batch_size,
         "concurrency": args.concurrency,
         "warmup": args.warmup,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in load_after],
         "results": results,
     }
     print("BENCH_JSON " + json.dumps(summary, sort_keys=True))

@@ -92,6 +92,8 @@ class Fleet:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     redis: subprocess.Popen[bytes] | None = None
     redis_port: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """More ``ONBEAT_*`` settings for every process (``bench/inflight.py``: the global cap)."""
 
     @property
     def app_name(self) -> str:
@@ -132,6 +134,7 @@ class Fleet:
             "ONBEAT_QUEUE_URL": self.queue_url_for(role),
             "ONBEAT_BENCH_STARTS_DIR": str(self.workdir),
             "ONBEAT_LOG_LEVEL": "WARNING",
+            **self.extra_env,
         }
 
     def open(self) -> None:
@@ -163,10 +166,10 @@ class Fleet:
         if done.returncode:
             raise RuntimeError(f"onbeat migrate failed: {done.stderr}")
 
-    def start(self, role: str, name: str) -> subprocess.Popen[bytes]:
-        extra: list[str] = []
+    def start(self, role: str, name: str, flags: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+        extra: list[str] = list(flags)
         if role == "worker":
-            extra = ["--app", APP]
+            extra += ["--app", APP]
             if self.args.concurrency:
                 extra += ["--concurrency", str(self.args.concurrency)]
             if self.args.claim_batch:

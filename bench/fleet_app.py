@@ -1,9 +1,11 @@
-"""The app ``bench/fleet.py`` runs in its workers: one no-op task that appends one line per run,
-``execution_id scheduled_for start`` (epoch seconds), to a file of its process's own with a single
-``write()`` (O_APPEND), so lost and duplicated runs are counted independently of the store."""
+"""The app ``bench/fleet.py`` and ``bench/inflight.py`` run in their workers: a no-op task that
+appends one line per run, ``execution_id scheduled_for start`` (epoch seconds), to a file of its
+process's own with a single ``write()`` (O_APPEND), so lost and duplicated runs are counted
+independently of the store; and a task that does the same, then sleeps (runs held in flight)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -22,8 +24,19 @@ def _starts_fd() -> int:
     return _fd
 
 
-@app.task(name="bench.noop", max_attempts=1)
-async def noop(ctx: TaskContext) -> None:
+def _record_start(ctx: TaskContext) -> None:
     started = time.time()
     line = f"{ctx.execution_id} {ctx.scheduled_for.timestamp():.6f} {started:.6f}\n"
     os.write(_starts_fd(), line.encode())
+
+
+@app.task(name="bench.noop", max_attempts=1)
+async def noop(ctx: TaskContext) -> None:
+    _record_start(ctx)
+
+
+@app.task(name="bench.sleep", max_attempts=1)
+async def sleep(ctx: TaskContext, *, seconds: float) -> None:
+    """W4: one run in flight for ``seconds``, costing the worker only its coroutine."""
+    _record_start(ctx)
+    await asyncio.sleep(seconds)

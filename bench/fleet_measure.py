@@ -48,6 +48,18 @@ def proc_peak_rss_mib(pid: int) -> float | None:
     return None
 
 
+def proc_rss_kib(pid: int) -> int | None:
+    """Resident memory of ``pid`` now (VmRSS), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an ascending sequence (``q`` in 0..100)."""
     if not sorted_values:
