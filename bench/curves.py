@@ -49,11 +49,13 @@ def measure(mode: str, workload: str, size: int) -> dict[str, Any]:
     print(f"$ {' '.join(argv[1:])}", flush=True)
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
     lines = [x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")]
-    if done.returncode != 0 or not lines:
+    if not lines:
         raise SystemExit(f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     found: dict[str, Any] = json.loads(lines[-1].removeprefix("BENCH_JSON "))
-    figures: dict[str, Any] = found["result"]["figures"] if "result" in found else found
-    return {"workload": workload, "size": size, "figures": figures}
+    figures: dict[str, Any] = found["result"]["figures"]
+    if done.returncode != 0:  # a size the fleet cannot hold is a point too: left out of the plot
+        print(f"  failed (lost {figures.get('lost')}, timed out {figures.get('timed_out')})")
+    return {"workload": workload, "size": size, "failed": done.returncode != 0, "figures": figures}
 
 
 def point(workload: str, figures: dict[str, Any]) -> dict[str, float]:
@@ -92,7 +94,10 @@ def plot(points: Sequence[dict[str, Any]], title: str, path: Path) -> None:
     fig, panels = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4.2), squeeze=False)
     for ax, workload in zip(panels[0], shown, strict=True):
         xlabel, left, right = AXES[workload]
-        mine = sorted((p for p in points if p["workload"] == workload), key=lambda p: p["size"])
+        mine = sorted(
+            (p for p in points if p["workload"] == workload and not p.get("failed")),
+            key=lambda p: p["size"],
+        )
         sizes = [p["size"] for p in mine]
         values = [point(workload, p["figures"]) for p in mine]
         for name in left:
@@ -135,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved_to.write_text(json.dumps({"mode": mode, "points": points}, indent=1) + "\n")
         print(f"saved {saved_to}")
     for p_ in points:
-        print(p_["workload"], p_["size"], point(p_["workload"], p_["figures"]))
+        shown = "FAILED" if p_.get("failed") else point(p_["workload"], p_["figures"])
+        print(p_["workload"], p_["size"], shown)
     plot(points, f"onbeat {mode}: cost by size", args.plot or REPO / f"docs/performance-{mode}.png")
     return 0
 
