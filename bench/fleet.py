@@ -81,6 +81,22 @@ def free_redis_port() -> int:
 
 
 # --- the fleet ------------------------------------------------------------------------------------
+def stop_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, int | None]:
+    """SIGTERM to the living, then each exit status by name (None: it had to be killed)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    statuses: dict[str, int | None] = {}
+    for name, proc in procs.items():
+        try:
+            statuses[name] = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            statuses[name] = None
+    return statuses
+
+
 @dataclass
 class Fleet:
     """A schema, a queue, and the onbeat processes started on them; ``close`` ends them all."""
@@ -198,18 +214,7 @@ class Fleet:
                 time.sleep(0.05)
 
     def stop(self, timeout: float = 30) -> dict[str, int | None]:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        statuses: dict[str, int | None] = {}
-        for name, proc in self.procs.items():
-            try:
-                statuses[name] = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                statuses[name] = None
-        return statuses
+        return stop_all(self.procs, timeout)
 
     def close(self) -> None:
         self.stop()

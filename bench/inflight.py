@@ -52,7 +52,15 @@ if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
     sys.path.insert(0, str(REPO))
 
 from bench.api_servers import free_port  # noqa: E402
-from bench.fleet import APP, SERVER, SUBMIT_BATCH, Fleet, bench_app, environment  # noqa: E402
+from bench.fleet import (  # noqa: E402
+    APP,
+    SERVER,
+    SUBMIT_BATCH,
+    Fleet,
+    bench_app,
+    environment,
+    stop_all,
+)
 from bench.fleet_measure import CpuMonitor, PgSampler, Starts, proc_rss_kib  # noqa: E402
 
 TASK = "bench.sleep"
@@ -122,21 +130,6 @@ def wait_for_line(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: 
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{log.stem} did not start:\n{log.read_text()[-2000:]}")
         time.sleep(0.05)
-
-
-def stop_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, int | None]:
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-    statuses: dict[str, int | None] = {}
-    for name, proc in procs.items():
-        try:
-            statuses[name] = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            statuses[name] = None
-    return statuses
 
 
 # --- the phase ------------------------------------------------------------------------------------

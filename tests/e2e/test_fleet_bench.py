@@ -4,15 +4,9 @@ after itself. Counts only, never times."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-import psycopg
 import pytest
 
-from onbeat.testing.postgres import TEST_SERVER
-from tests.e2e.conftest import REPO
+from tests.e2e.bench_runs import bench_schemas, run_bench
 
 TINY = {
     "throughput": ["--jobs", "300"],
@@ -21,33 +15,16 @@ TINY = {
 }
 
 
-def _bench_schemas() -> set[str]:
-    with psycopg.connect(TEST_SERVER) as conn:
-        rows = conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'onbeat_bench_%'"
-        ).fetchall()
-    return {row[0] for row in rows}
-
-
 @pytest.mark.parametrize("queue", ["redis", "table"])
 @pytest.mark.parametrize("phase", sorted(TINY))
 def test_fleet_bench__tiny_run_counts_every_run_once_and_cleans_up(phase: str, queue: str) -> None:
-    before = _bench_schemas()
-    done = subprocess.run(
-        [sys.executable, "bench/fleet.py", "--phase", phase, "--queue", queue, *TINY[phase]],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [line] = [x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")]
-    figures = json.loads(line.removeprefix("BENCH_JSON "))["result"]["figures"]
+    before = bench_schemas()
+    summary = run_bench("bench/fleet.py", "--phase", phase, "--queue", queue, *TINY[phase])
+    figures = summary["result"]["figures"]
     assert figures["runs"] > 0
     assert figures["started"] == figures["runs"]
     assert (figures["lost"], figures["duplicated"], figures["early"]) == (0, 0, 0)
     assert figures["store"] == {"succeeded": figures["runs"]}
     assert set(figures["exit_statuses"].values()) == {0}
     assert figures["cpu"]["worker-0"]["cpu_s"] > 0
-    assert _bench_schemas() <= before  # its schema was dropped
+    assert bench_schemas() <= before  # its schema was dropped

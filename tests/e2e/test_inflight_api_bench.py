@@ -4,46 +4,16 @@ as expected, every schema dropped. Counts only, never times."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from typing import Any
-
-import psycopg
 import pytest
 
-from onbeat.testing.postgres import TEST_SERVER
-from tests.e2e.conftest import REPO
-
-
-def _bench_schemas() -> set[str]:
-    with psycopg.connect(TEST_SERVER) as conn:
-        rows = conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'onbeat_bench_%'"
-        ).fetchall()
-    return {row[0] for row in rows}
-
-
-def _run_bench(script: str, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, script, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [line] = [x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")]
-    summary: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
-    return summary
+from tests.e2e.bench_runs import bench_schemas, run_bench
 
 
 @pytest.mark.parametrize("mode", ["embedded", "distributed"])
 def test_inflight_bench__tiny_run_holds_every_run_at_once_and_ends_each_once(mode: str) -> None:
-    before = _bench_schemas()
+    before = bench_schemas()
     runs = 50
-    result = _run_bench(
+    result = run_bench(
         "bench/inflight.py", "--mode", mode, "--runs", str(runs), "--sleep", "5", "--warmup", "0.5"
     )["result"]
     f = result["figures"]
@@ -55,7 +25,7 @@ def test_inflight_bench__tiny_run_holds_every_run_at_once_and_ends_each_once(mod
     assert set(f["rss_all_running_kib"]) == set(f["rss_before_kib"]) == expected
     assert all(kib > 0 for kib in f["rss_all_running_kib"].values())
     assert set(f["exit_statuses"].values()) == {0}
-    assert _bench_schemas() <= before  # its schema was dropped
+    assert bench_schemas() <= before  # its schema was dropped
 
 
 @pytest.mark.parametrize(
@@ -69,8 +39,8 @@ def test_inflight_bench__tiny_run_holds_every_run_at_once_and_ends_each_once(mod
 def test_api_bench__tiny_run_answers_every_request_of_each_phase(
     mode: str, extra: list[str], processes: set[str]
 ) -> None:
-    before = _bench_schemas()
-    summary = _run_bench(
+    before = bench_schemas()
+    summary = run_bench(
         "bench/api.py", "--mode", mode, *extra, "--requests", "100", "--warmup", "5",
         "--bulk-requests", "3", "--bulk-warmup", "1", "--batch-size", "20",
     )  # fmt: skip
@@ -81,4 +51,4 @@ def test_api_bench__tiny_run_answers_every_request_of_each_phase(
     assert results["POST /jobs/batch (20)"]["jobs_per_request"] == 20
     for r in results.values():
         assert processes <= set(r["server_cpu_share_by_process"])
-    assert _bench_schemas() <= before
+    assert bench_schemas() <= before
