@@ -267,8 +267,15 @@ class FailoverDelayQueue:
         A call cut off by the timeout may have done its work all the same: an enqueue then
         leaves copies in both queues (the store starts the run once), a claim loses its ids
         until the sweep re-enqueues them (as when a worker dies right after claiming)."""
+        timeout = PRIMARY_TIMEOUT + ids * PER_ITEM_TIMEOUT
         try:
-            result = await asyncio.wait_for(call(), PRIMARY_TIMEOUT + ids * PER_ITEM_TIMEOUT)
+            try:
+                result = await asyncio.wait_for(call(), timeout)
+            except QueueUnavailableError:
+                # Once more at once: a pooled connection Redis closed while it was down fails
+                # on its first use after Redis is back (the failover flapped to the fallback and
+                # back within a millisecond); an outage fails twice, fast (refused).
+                result = await asyncio.wait_for(call(), timeout)
         except (QueueUnavailableError, TimeoutError) as error:
             self._primary_failed(error)
             return False, None
