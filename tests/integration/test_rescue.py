@@ -115,14 +115,11 @@ def test_reap_statement__changes_a_run_only_while_its_lease_is_expired_under_tha
         store.close()
 
 
-async def test_rescue__no_reap_within_a_lease_ttl_of_the_store_coming_back(
-    node: Node, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Regression (fault suite S6, PostgreSQL crash recovery): the leases of a healthy worker ran
-    out while the database was down, and the reaper took its runs the moment the database was
-    back, before the worker could reconnect and renew them: every one ran twice."""
+async def _claimed_by_a_holder(node: Node, runs: int) -> None:
+    """``runs`` one-shot runs, dispatched and started by a worker that then goes quiet (its
+    heartbeat never runs): only the reaper can move them on."""
     settings = node.app.settings
-    for n in range(3):
+    for n in range(runs):
         node.app.schedule("record", {"n": n})
     await node.dispatch()
     ids = await node.queue.claim_due(100)
@@ -130,7 +127,17 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_the_store_coming_back(
     started = node.app.store.execution_claim(
         ids, holder.owner, settings.lease_ttl, settings.misfire_grace
     ).started
-    assert len(started) == 3
+    assert len(started) == runs
+
+
+async def test_rescue__no_reap_within_a_lease_ttl_of_the_store_coming_back(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (fault suite S6, PostgreSQL crash recovery): the leases of a healthy worker ran
+    out while the database was down, and the reaper took its runs the moment the database was
+    back, before the worker could reconnect and renew them: every one ran twice."""
+    settings = node.app.settings
+    await _claimed_by_a_holder(node, 3)
     reap = node.app.store.execution_reap
 
     def down(limit: int, restart_grace: float = 0.0) -> list[Execution]:
@@ -159,14 +166,7 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_a_reap_the_store_kept_waiti
     heartbeats waited behind the lock like the reaper did; the reaper's next pass, right after
     the lock was released, took their runs before the queued heartbeats committed."""
     settings = node.app.settings
-    node.app.schedule("record", {"n": 1})
-    await node.dispatch()
-    ids = await node.queue.claim_due(100)
-    holder = node.new_worker()
-    started = node.app.store.execution_claim(
-        ids, holder.owner, settings.lease_ttl, settings.misfire_grace
-    ).started
-    assert len(started) == 1
+    await _claimed_by_a_holder(node, 1)
     reap = node.app.store.execution_reap
 
     def blocked(limit: int, restart_grace: float = 0.0) -> list[Execution]:
@@ -189,14 +189,7 @@ async def test_rescue__no_reap_by_a_pass_that_waited_to_reach_the_store(
     store's grace from the server's start, and reaped the healthy workers' runs the moment it got
     in, before they could reconnect: their outcomes were refused and every run ran twice."""
     settings = node.app.settings
-    node.app.schedule("record", {"n": 1})
-    await node.dispatch()
-    ids = await node.queue.claim_due(100)
-    holder = node.new_worker()
-    started = node.app.store.execution_claim(
-        ids, holder.owner, settings.lease_ttl, settings.misfire_grace
-    ).started
-    assert len(started) == 1
+    await _claimed_by_a_holder(node, 1)
     now = node.app.store.now
 
     def waited() -> datetime:
