@@ -42,7 +42,7 @@ from onbeat.metrics import Metrics
 from onbeat.model import ExecutionStatus
 from onbeat.queue.base import DelayQueue, QueueItem
 from onbeat.settings import Settings
-from onbeat.store.base import DispatchParams, ShardLeases, Store, SweepCursor
+from onbeat.store.base import DispatchParams, JobCursor, ShardLeases, Store, SweepCursor
 
 log = logging.getLogger("onbeat.scheduler")
 
@@ -288,9 +288,10 @@ class Scheduler:
     async def reconcile(self) -> int:
         """Repair every active cron job of the held shards that has no planned next run, a page
         of jobs per store call; returns how many were repaired."""
-        repaired, cursor = 0, ""
+        repaired = 0
+        cursor: JobCursor | None = None
         while self.leases.epochs:
-            fixed, next_cursor = await asyncio.to_thread(
+            fixed, cursor = await asyncio.to_thread(
                 self.store.job_repair_next_runs, self.leases, cursor, 1000
             )
             for job_id in fixed:
@@ -301,9 +302,8 @@ class Scheduler:
                 )
             repaired += len(fixed)
             self.metrics.reconciler_repairs.inc(len(fixed))
-            if next_cursor is None:
+            if cursor is None:
                 break
-            cursor = next_cursor
         self.stats.repaired += repaired
         return repaired
 

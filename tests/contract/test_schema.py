@@ -169,13 +169,17 @@ _MOVED = [
 ]
 
 
+_SQLITE_HISTORY_MIGRATION = 9
+"""SQLite's migration that split executions into runs and execution_history."""
+
+
 def test_sqlite__the_history_migration_moves_every_run_where_it_belongs(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as c:  # as the version before it left a store
         c.execute(
             "CREATE TABLE onbeat_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER)"
         )
-        for version, script in migrations("sqlite")[:-1]:
+        for version, script in migrations("sqlite")[: _SQLITE_HISTORY_MIGRATION - 1]:
             c.executescript(script)
             c.execute("INSERT INTO onbeat_migrations VALUES (?, 0)", (version,))
         for statement in _OLD_ROWS:

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
 from onbeat.model import ExecutionStatus
+from onbeat.schedule import Schedule
+from onbeat.store import open_store
+from onbeat.store.base import JobCursor, NewJob
+from onbeat.store.sql_store import SQLStore
+from onbeat.testing import FakeClock
+from onbeat.testing.postgres import store_schema
 from tests.integration.conftest import Node
 
 
@@ -50,3 +58,42 @@ async def test_reconcile__leaves_healthy_and_paused_jobs_alone(node: Node) -> No
     await node.scheduler.renew_shards()
     assert await node.scheduler.reconcile() == 0
     assert app.get_job(healthy.id).next_fire_at is not None
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_job_repair_next_runs__pages_through_every_shard_once(backend: str, tmp_path: Path) -> None:
+    """Small pages over jobs in many shards repair each broken job once, in (shard, id) order,
+    and the last page says so (None): nothing is skipped at a page's edge."""
+    clock = FakeClock()
+    with ExitStack() as stack:
+        if backend == "postgres":
+            url = stack.enter_context(store_schema())
+        else:
+            url = f"sqlite:///{tmp_path}/onbeat.db"
+        store = open_store(url, clock, shard_count=16)
+        stack.callback(store.close)
+        assert isinstance(store, SQLStore)
+        shard_of = {
+            job.id: job.shard
+            for job in (
+                store.job_create(NewJob("record", {}, Schedule.parse(cron="* * * * *"))).job
+                for _ in range(40)
+            )
+        }
+        with store._tx() as c:  # every chain broken behind onbeat's back
+            c.execute("DELETE FROM runs")
+        leases = store.shard_acquire("scheduler", 30.0)
+        repaired: list[str] = []
+        cursor: JobCursor | None = None
+        pages = 0
+        while True:
+            fixed, cursor = store.job_repair_next_runs(leases, cursor, 3)
+            repaired += fixed
+            pages += 1
+            if cursor is None:
+                break
+        assert pages == 40 // 3 + 1
+        assert sorted(repaired) == sorted(shard_of), "a job repaired twice or never"
+        assert repaired == sorted(repaired, key=lambda j: (shard_of[j], j))
+        assert len(set(shard_of.values())) > 5, "the jobs should span many shards"
+        assert store.job_repair_next_runs(leases, None, 1000) == ([], None)

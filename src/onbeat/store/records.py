@@ -122,6 +122,15 @@ class SweepCursor:
 
 
 @dataclass(frozen=True, slots=True)
+class JobCursor:
+    """Where a page of the reconciler ended: the next page starts after this job, in (shard, job
+    id) order (the order of the index of active cron jobs)."""
+
+    shard: int
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class SweepPage:
     items: list[QueueItem]
     resume: SweepCursor | None

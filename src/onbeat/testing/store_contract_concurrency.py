@@ -372,6 +372,30 @@ class ConcurrencyContract:
                 _assert_one_chain(a, clock, job_id)
             old = current
 
+    def test_job_repair_next_runs__race_with_dispatch_repairs_nothing(
+        self, store_pair: tuple[Store, Store], clock: FakeClock
+    ) -> None:
+        """The reconciler reads a page of cron jobs while a dispatch moves them on to their next
+        fire time: it judges each job by what that dispatch wrote, so it finds every chain
+        whole and plans no second run (a page judged at a snapshot older than its lock saw the
+        new next fire time without the run planned for it, and "repaired" it)."""
+        a, b = store_pair
+        job_ids = [a.job_create(_cron(EVERY_5_SECONDS)).job.id for _ in range(20)]
+        rounds_dispatched = 0  # not those where the reconciler's locks made it pass the jobs by
+        for _ in range(RACE_ROUNDS):
+            clock.advance(5)
+            leases = _leases(a)
+            dispatched, (repaired, _) = race(
+                partial(_dispatch_with, a, leases),
+                partial(b.job_repair_next_runs, leases, None, 1000),
+            )
+            assert repaired == [], "a whole chain was repaired"
+            rounds_dispatched += bool(dispatched)
+            _dispatch_with(a, leases)  # the jobs the reconciler's locks made it pass over
+            for job_id in job_ids:
+                _assert_one_chain(a, clock, job_id)
+        assert rounds_dispatched > 0, "the reconciler's locks kept every dispatch out: no race"
+
     # -- API -----------------------------------------------------------------------------------
 
     def test_job_create__race_under_one_idempotency_key_makes_one_job(

@@ -234,7 +234,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             return
         _, lost = self._valid_shards(owner, leases)
         before = self._all()
-        repaired, _ = self.store.job_repair_next_runs(leases, "", 100)
+        repaired, _ = self.store.job_repair_next_runs(leases, None, 100)
         assert repaired == [], f"cron jobs without their next run planned: {repaired}"
         after = self._all()
         for eid, e in after.items():

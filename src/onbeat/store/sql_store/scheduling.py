@@ -23,6 +23,7 @@ from onbeat.plan import (
 from onbeat.queue.base import QueueItem
 from onbeat.store.base import (
     DispatchParams,
+    JobCursor,
     ShardLeases,
     SweepCursor,
     SweepPage,
@@ -169,27 +170,36 @@ class SchedulingTransactions(LimitTransactions):
 
     @retried
     def job_repair_next_runs(
-        self, leases: ShardLeases, after_id: str, limit: int
-    ) -> tuple[list[str], str | None]:
+        self, leases: ShardLeases, after: JobCursor | None, limit: int
+    ) -> tuple[list[str], JobCursor | None]:
         now = self.now()
         repaired = []
+        start = JobCursor(-1, "") if after is None else after
         with self._tx() as c:
-            shards = self._fenced_shards(c, leases)
-            rows = c.execute(
-                self._q["jobs_without_next_run"],
-                {"shards": json.dumps(shards), "after_id": after_id, "limit": limit},
+            shards = [s for s in self._fenced_shards(c, leases) if s >= start.shard]
+            page = c.execute(
+                self._q["jobs_cron_page_locked"],
+                {
+                    "shards": json.dumps(shards),
+                    "after_shard": start.shard,
+                    "after_id": start.job_id,
+                    "limit": limit,
+                },
             ).fetchall()
-            for r in rows:
+            ids = json.dumps([r["id"] for r in page])
+            for r in c.execute(self._q["jobs_next_run_state"], {"ids": ids}):
                 if r["has_next_run"]:
                     continue
                 schedule = schedule_of(r)
-                start = opt_dt(r["next_fire_at"])
-                if start is None:
+                fire = opt_dt(r["next_fire_at"])
+                if fire is None:
                     latest = opt_dt(r["latest_fire"])
-                    start = schedule.next_fire_after(max(latest, now) if latest else now)
-                self._replan(c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], start)
+                    fire = schedule.next_fire_after(max(latest, now) if latest else now)
+                self._replan(c, r["id"], r["shard"], schedule, r["jitter"], r["priority"], fire)
                 repaired.append(r["id"])
-        return repaired, (rows[-1]["id"] if len(rows) == limit else None)
+        if len(page) < limit:
+            return repaired, None
+        return repaired, JobCursor(page[-1]["shard"], page[-1]["id"])
 
     def execution_sweep(
         self,

@@ -113,8 +113,25 @@ DELETE FROM runs
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
--- name: jobs_without_next_run
--- Locked, as dispatch locks them: a job being edited is left to the next page or pass.
+-- name: jobs_cron_page_locked
+-- The reconciler's page: the next :limit active cron jobs of the held shards after (:after_shard,
+-- :after_id), locked as dispatch locks them (a job being dispatched or edited is left to the next
+-- pass). A range read of jobs_shard_active: = ANY of an array on its leading column keeps
+-- (shard, id) order, so the LIMIT ends the scan at the page's last job; the caller passes only
+-- the shards from :after_shard on (an earlier shard in the array costs a scan of its own).
+SELECT j.id, j.shard FROM jobs j
+WHERE j.shard = ANY(ARRAY(SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int)))
+  AND j.status = 'active' AND j.schedule_kind = 'cron'
+  AND (j.shard, j.id) > (CAST(:after_shard AS int), CAST(:after_id AS text))
+ORDER BY j.shard, j.id
+LIMIT :limit
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: jobs_next_run_state
+-- The locked jobs of a page, each with whether it has a planned (scheduled) run at its next fire
+-- time. A statement of its own, after the lock: in the locking statement a job that a dispatch
+-- moved on meanwhile would be read at its new next fire time but its runs at the statement's
+-- older snapshot, without the run that dispatch planned (a false repair).
 SELECT j.*,
        EXISTS (SELECT 1 FROM runs e
                WHERE e.job_id = j.id AND e.trigger = 'schedule'
@@ -123,11 +140,8 @@ SELECT j.*,
            (SELECT max(e.scheduled_for) FROM executions e
             WHERE e.job_id = j.id AND e.trigger = 'schedule') END AS latest_fire
 FROM jobs j
-WHERE j.shard IN (SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int))
-  AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
-ORDER BY j.id
-LIMIT :limit
-FOR UPDATE OF j SKIP LOCKED;
+WHERE j.id = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+ORDER BY j.shard, j.id;
 
 -- name: execution_schedule_run_at
 SELECT id, status FROM executions

@@ -92,9 +92,19 @@ DELETE FROM runs
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
--- name: jobs_without_next_run
--- One page (by id) of the active cron jobs of the held shards, each with whether it has a planned
--- (scheduled) run at its next fire time: without one, nothing would ever plan its next run.
+-- name: jobs_cron_page_locked
+-- The reconciler's page: the next :limit active cron jobs of the held shards after (:after_shard,
+-- :after_id), a range read of jobs_shard_active (the write transaction is the lock).
+SELECT j.id, j.shard FROM jobs j
+WHERE j.shard IN (SELECT value FROM json_each(:shards))
+  AND j.status = 'active' AND j.schedule_kind = 'cron'
+  AND (j.shard, j.id) > (:after_shard, :after_id)
+ORDER BY j.shard, j.id
+LIMIT :limit;
+
+-- name: jobs_next_run_state
+-- The jobs of a page, each with whether it has a planned (scheduled) run at its next fire time:
+-- without one, nothing would ever plan its next run.
 SELECT j.*,
        EXISTS (SELECT 1 FROM runs e
                WHERE e.job_id = j.id AND e.trigger = 'schedule'
@@ -103,10 +113,8 @@ SELECT j.*,
            (SELECT max(e.scheduled_for) FROM executions e
             WHERE e.job_id = j.id AND e.trigger = 'schedule') END AS latest_fire
 FROM jobs j
-WHERE j.shard IN (SELECT value FROM json_each(:shards))
-  AND j.status = 'active' AND j.schedule_kind = 'cron' AND j.id > :after_id
-ORDER BY j.id
-LIMIT :limit;
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+ORDER BY j.shard, j.id;
 
 -- name: execution_schedule_run_at
 SELECT id, status FROM executions

@@ -29,6 +29,7 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_tenant_id ON jobs (tenant, id);
 CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
 CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
+CREATE INDEX jobs_shard_active ON jobs (shard, id) WHERE status = 'active' AND schedule_kind = 'cron';
 
 -- The hot state: runs not final yet (scheduled, queued, running). A run that becomes final moves
 -- to execution_history in the transaction that ends it.
