@@ -13,8 +13,9 @@ What is measured besides the checker's metrics:
   the failover queue's PostgreSQL table. Bound: ``sweep_interval`` + 1 s (issue 8, item 5).
   A run counts as missing when two looks ``LOOK_APART`` apart both find it so: a worker that
   took it from the queue and has not claimed it in the store yet (milliseconds; more on a busy
-  box) holds it, it is not lost. The rebuild is done at the second look of the first such pair
-  with nothing missing (late by up to ``LOOK_APART``: against onbeat, never for it).
+  box) holds it, it is not lost. The rebuild is done at the end of the first look that finds
+  nothing missing, or of the second look of the first pair that finds nothing missing at both
+  (late by up to ``LOOK_APART`` and a look's own time: against onbeat, never for it).
 - **start delay while Redis is down** (a, b, d: from the fault to its end): p99 ≤ 2 s, the
   failover to the table queue (``onbeat.queue.failover``) keeps runs starting.
 - **the API keeps serving**: ``GET /jobs?limit=1`` ten times a second throughout; 5xx answers
@@ -171,9 +172,8 @@ class RedisFaults:
         self, conn: psycopg.Connection[Any], client: redis.Redis, runs: set[str]
     ) -> set[str]:
         """Of ``runs``, those the store says are queued and neither queue holds."""
-        rows = conn.execute(
-            "SELECT id, shard FROM executions WHERE status = 'queued' AND id = ANY(%s)",
-            (list(runs),),
+        rows = conn.execute(  # runs: the hot table (a queued run is never in the history)
+            "SELECT id, shard FROM runs WHERE status = 'queued' AND id = ANY(%s)", (list(runs),)
         ).fetchall()
         if not rows:
             return set()
@@ -200,20 +200,22 @@ class RedisFaults:
         client = redis.Redis(port=self.context.redis.port, socket_timeout=5)
         try:
             with psycopg.connect(self.context.database_url, autocommit=True) as conn:
-                before = self._missing(conn, client, queued)
-                while time.monotonic() < deadline:
-                    time.sleep(LOOK_APART)
-                    now = self._missing(conn, client, queued)
-                    lacking = before & now  # missing at two looks: not a claim under way
+                previous: set[str] | None = None
+                while True:
+                    missing = self._missing(conn, client, queued)
+                    # Missing at two looks in a row (not a claim under way), or at the first.
+                    lacking = missing if previous is None else previous & missing
                     trace.append((round(time.time() - event.ended, 3), len(lacking)))
                     if not lacking:
                         return time.time()
                     if len(trace) == 3:
                         self.missing_sample[index] = sorted(lacking)[:5]
-                    before = now
+                    if time.monotonic() >= deadline:
+                        return None
+                    time.sleep(LOOK_APART)
+                    previous = missing
         finally:
             client.close()
-        return None
 
     # -- S5's metrics ----------------------------------------------------------------------------
 
