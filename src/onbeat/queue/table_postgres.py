@@ -130,7 +130,11 @@ class PostgresQueueDriver:
 
     async def _connect(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect_kwargs())
-        await _configure(conn)
+        try:
+            await _configure(conn)
+        except BaseException:  # a wait cancelled while its LISTEN connection was being set up
+            await conn.close()
+            raise
         return conn
 
     def _connect_kwargs(self) -> dict[str, Any]:
