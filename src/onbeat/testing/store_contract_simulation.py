@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -70,6 +71,7 @@ _T = TypeVar("_T")
 class ProtocolSimulationContract:
     """The protocol simulation, run on fresh stores of the backend."""
 
+    @pytest.mark.timeout(300)  # 60 examples of 50 steps: 100-160 s on PostgreSQL on a busy box
     def test_protocol__simulation_with_crashes(self, store_factory: StoreFactory) -> None:
         class Machine(ProtocolSimulationMachine):
             open_store = store_factory

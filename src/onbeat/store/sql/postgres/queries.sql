@@ -83,7 +83,9 @@ WHERE NOT EXISTS (SELECT 1 FROM execution_history h
 ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
 
 -- name: executions_existing
-SELECT id FROM runs WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
+-- Driven by the ids (runs_pkey, = ANY of an array): as IN (...) the planner hashes them against
+-- a scan of every run, once per dispatch page.
+SELECT id FROM runs WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))));
 
 -- name: execution_get
 SELECT * FROM executions WHERE id = :id;

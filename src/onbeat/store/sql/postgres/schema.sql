@@ -59,8 +59,9 @@ CREATE TABLE runs (
     queued_at        BIGINT,
     UNIQUE (job_id, scheduled_for, trigger)          -- also the look-up of a job's runs
 );
--- Pending runs of a shard by due time: dispatch and sweep read ranges of it.
-CREATE INDEX runs_dispatch ON runs (shard, status, due_at) WHERE status IN ('scheduled', 'queued');
+-- Pending runs of a shard by due time: dispatch and sweep read ranges of it (a sweep page in
+-- (shard, due_at, id) order, so that it ends at its last run).
+CREATE INDEX runs_dispatch ON runs (shard, status, due_at, id) WHERE status IN ('scheduled', 'queued');
 -- The reaper's range read, and a worker's heartbeat.
 CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
 

@@ -56,7 +56,7 @@ CREATE TABLE runs (
     queued_at        INTEGER,                        -- handed to the delay queue
     UNIQUE (job_id, scheduled_for, trigger)          -- also the look-up of a job's runs
 );
-CREATE INDEX runs_dispatch ON runs (shard, status, due_at);
+CREATE INDEX runs_dispatch ON runs (shard, status, due_at, id);
 CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE status = 'running';
 

@@ -1,0 +1,157 @@
+"""No statement of the scheduler's or the worker's hot path reads more of the store as the store
+grows: each pass costs the same with 2,000 cron jobs as with 8,000.
+
+Two plans that read the whole store stalled a fleet of 100,000 cron jobs (the reconciler's page,
+25 s; the claim's look-up of a backlog's earliest run, 190 ms a claim), and both looked harmless
+at the sizes the contract suite uses. Here every statement the passes send runs once more under
+``EXPLAIN (ANALYZE, BUFFERS)`` in a transaction rolled back, and the buffers each statement
+touched at both sizes are compared: a statement that reads 4 times the store reads about 4 times
+the buffers (the two sizes keep the indexes at one depth). Buffers, not seconds: the same on a busy box. Tables never analyzed (autovacuum off),
+as a fleet finds them right after ``onbeat migrate`` and a bulk load, and analyzed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from onbeat.queue.base import QueueItem
+from onbeat.schedule import Schedule
+from onbeat.store import open_store
+from onbeat.store import postgres as postgres_store
+from onbeat.store.base import Completion, DispatchParams, JobCursor, NewJob, Store
+from onbeat.testing import FakeClock
+from onbeat.testing.postgres import store_schema
+
+SMALL, LARGE = 2_000, 8_000
+SHARDS = 64
+BATCH = 256
+"""Runs a claim takes (a worker's ``claim_batch``)."""
+GROWTH = 2.0
+"""At 4 times the jobs, a statement may touch at most this many times the buffers (+ SLACK): a
+page's rows spread over more of a bigger table; a read of the whole store is ~4 times."""
+SLACK = 40
+OUT_OF_SCOPE = {"shard_held", "shard_renew", "scheduler_live"}
+"""Bounded by the shard count and the schedulers, not by the work stored."""
+
+Buffers = dict[str, int]
+"""Statement name -> the most shared buffers (hit + read) one call of it touched."""
+
+
+@contextmanager
+def _explained(names: Mapping[str, str]) -> Iterator[Buffers]:
+    """While inside, every statement of the store also runs under EXPLAIN (ANALYZE, BUFFERS)
+    first, in a savepoint (or a transaction) rolled back, and its buffers are noted by name."""
+    seen: Buffers = defaultdict(int)
+    original = postgres_store._Connection.execute
+
+    def execute(self: Any, sql: str, parameters: Mapping[str, Any] | None = None, /) -> Any:
+        name = names.get(sql)
+        if name is not None:
+            conn: psycopg.Connection[Any] = self._conn
+            with conn.transaction(force_rollback=True):
+                plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", parameters)
+                [[explained]] = plan.fetchall()
+            top = explained[0]["Plan"]
+            seen[name] = max(seen[name], top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+        return original(self, sql, parameters)
+
+    postgres_store._Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        postgres_store._Connection.execute = original  # type: ignore[method-assign]
+
+
+def _fill(store: Store, jobs: int) -> None:
+    every_minute = Schedule.parse(cron="* * * * *")
+    for first in range(0, jobs, 1000):
+        store.job_create_many(
+            [NewJob("record", {"n": n}, every_minute) for n in range(first, first + 1000)]
+        )
+
+
+def _passes(store: Store, clock: FakeClock) -> None:
+    """A scheduler's and a worker's passes over a store whose cron jobs fell behind: dispatch,
+    reconcile, sweep, claim (a backlog: the claim's look-up of each job's earliest run),
+    heartbeat, finish, reap."""
+    clock.advance(3 * 60)  # every job's first fire is minutes late
+    leases = store.shard_acquire("scheduler", 30.0)
+    queued: list[QueueItem] = []
+    while page := store.execution_dispatch(DispatchParams(leases, 10.0, 3600.0, 1000)):
+        queued += page
+    cursor: JobCursor | None = None
+    while True:
+        _, cursor = store.job_repair_next_runs(leases, cursor, 1000)
+        if cursor is None:
+            break
+    store.execution_sweep(leases, sorted(leases.epochs), 0.0, 1000)
+    claimed = store.execution_claim([q.execution_id for q in queued[:BATCH]], "w", 30.0, 3600.0)
+    started = claimed.started
+    assert len(started) == BATCH, "the claim started nothing to measure"
+    held = {run.execution.id: run.execution.fencing_token for run in started}
+    store.execution_heartbeat("w", held, 30.0)
+    half = len(started) // 2
+    store.execution_finish_many(
+        [Completion(run.execution.id, run.execution.fencing_token, True) for run in started[:half]]
+    )
+    clock.advance(60)
+    store.execution_reap(1000)
+
+
+def _buffers(jobs: int, analyzed: bool) -> Buffers:
+    clock = FakeClock()
+    with store_schema() as url:
+        store = open_store(url, clock, shard_count=SHARDS)
+        try:
+            with psycopg.connect(url, autocommit=True) as admin:
+                for table in ("jobs", "runs"):
+                    admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+                _fill(store, jobs)
+                if analyzed:
+                    admin.execute("ANALYZE")
+            names = {sql: name for name, sql in store._q.items()}  # type: ignore[attr-defined]
+            with _explained(names) as seen:
+                _passes(store, clock)
+            return dict(seen)
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never analyzed", "analyzed"])
+def test_hot_path__no_statement_reads_more_as_the_store_grows(analyzed: bool) -> None:
+    small, large = _buffers(SMALL, analyzed), _buffers(LARGE, analyzed)
+    measured = sorted(set(small) & set(large) - OUT_OF_SCOPE)
+    for needed in ("jobs_cron_page_locked", "execution_earliest_due_of_jobs",
+                   "execution_dispatch_candidates", "execution_start_many"):  # fmt: skip
+        assert needed in measured, f"{needed} was not run: the passes miss what they test"
+    grown = {
+        name: (small[name], large[name])
+        for name in measured
+        if large[name] > GROWTH * small[name] + SLACK
+    }
+    assert grown == {}, f"buffers at {SMALL:,} -> {LARGE:,} cron jobs: {json.dumps(grown)}"
+
+
+def test_explained__measures_a_statement_that_reads_the_whole_store() -> None:
+    """The harness itself: a statement that reads every run is caught."""
+    whole = "SELECT count(*) FROM runs WHERE due_at > -1"
+    runs = {}
+    for jobs in (SMALL, LARGE):
+        clock = FakeClock()
+        with store_schema() as url:
+            store = open_store(url, clock, shard_count=SHARDS)
+            try:
+                _fill(store, jobs)
+                with _explained({whole: "whole"}) as seen, store._read() as c:  # type: ignore[attr-defined]
+                    c.execute(whole)
+                runs[jobs] = seen["whole"]
+            finally:
+                store.close()
+    assert runs[LARGE] > GROWTH * runs[SMALL] + SLACK, runs
