@@ -96,6 +96,10 @@ class Scheduler:
         """Priorities the queue-depth gauge has reported (so one that empties reads 0)."""
         self._store_failed_at = -math.inf
         """When (monotonic) a pass last found the store unavailable: see ``reap``."""
+        self._store_back_at = -math.inf
+        """When (monotonic) the store answered the reaper again: its first round trip after the
+        last failure, or the end of a wait of half a lease TTL or more. No reap for a lease TTL
+        after it (see ``reap``)."""
         self._taken_over: set[int] = set()
         """Shards taken over whose queued runs have not all been checked against the queue yet."""
         self.started = asyncio.Event()
@@ -214,21 +218,25 @@ class Scheduler:
         again within their lease TTL + ``reap_interval`` (+ retry backoff) of their worker's
         death, without waiting for a takeover of their shard. Returns how many were reaped.
 
-        Nothing is reaped within a lease TTL of a pass finding the store unavailable, or of a
-        reap pass (or the round trip that opens one) the store kept waiting for half a lease TTL
-        or more: while this scheduler could
+        Nothing is reaped within a lease TTL of the first round trip that gets through after a
+        pass found the store unavailable, or of the end of a reap pass (or of the round trip that
+        opens one) the store kept waiting for half a lease TTL or more: while this scheduler could
         not get through, the workers most likely could not either, and a lease that ran out then
         belongs to a holder that could not renew it, not to a dead one (the store also holds off
         for a lease TTL after its server starts, for an outage no pass saw)."""
-        if self.clock.monotonic() - self._store_failed_at < self.settings.lease_ttl:
-            return 0
         # A pass that waited to get through (for a connection while the server restarted and
         # ran its crash recovery) would reap the moment it got in, beside workers reconnecting
-        # at the same moment: one round trip first tells.
+        # at the same moment; so would the first pass after the store failed, though it did not
+        # wait (a worker's pool may reconnect seconds after this scheduler's: N1 reaped the runs
+        # of one 2 s before it got back). One round trip first tells; the holders then get a
+        # lease TTL from the moment the store answered, not from the failure.
         began = self.clock.monotonic()
         await asyncio.to_thread(self.store.now)
-        if self.clock.monotonic() - began >= self.settings.lease_ttl / 2:
-            self._store_failed_at = self.clock.monotonic()
+        got_through = self.clock.monotonic()
+        waited = got_through - began >= self.settings.lease_ttl / 2
+        if waited or self._store_failed_at > self._store_back_at:
+            self._store_back_at = got_through
+        if got_through - self._store_back_at < self.settings.lease_ttl:
             return 0
         total = 0
         while True:
@@ -240,7 +248,7 @@ class Scheduler:
                 # The store kept this pass waiting (a table lock, a stalled server): the holders'
                 # heartbeats waited alike, and what it reaped may have been theirs. Nothing more
                 # until they have had a lease TTL to get through.
-                self._store_failed_at = self.clock.monotonic()
+                self._store_back_at = self.clock.monotonic()
             again = [
                 QueueItem(e.id, e.due_at, e.priority, e.shard)
                 for e in reaped

@@ -203,3 +203,35 @@ async def test_rescue__no_reap_by_a_pass_that_waited_to_reach_the_store(
     assert await node.scheduler.reap() == 0
     node.clock.advance(1)
     assert await node.scheduler.reap() == 1  # nobody renewed it in a lease TTL: dead after all
+
+
+async def test_rescue__no_reap_within_a_lease_ttl_of_the_first_round_trip_after_a_failure(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (fault suite N1, PostgreSQL ``stop -m immediate`` + start, 5 s of crash
+    recovery): a pass found the store down; a lease TTL later the server was back, and the
+    reaper's first pass got through at once and reaped the runs of a worker whose connection pool
+    reconnected 2 s later (its backoff): their outcomes were refused and they ran twice. The
+    holders get a lease TTL from the moment the store answers again."""
+    settings = node.app.settings
+    await _claimed_by_a_holder(node, 2)
+    now = node.app.store.now
+
+    def down() -> datetime:
+        raise StoreUnavailableError("the database is down (test)")
+
+    monkeypatch.setattr(node.app.store, "now", down)
+    stop = asyncio.Event()
+    passes = asyncio.create_task(
+        node.scheduler._every(settings.reap_interval, node.scheduler.reap, stop)
+    )
+    await node.clock.until_sleeping()  # its pass found the store down
+    stop.set()
+    await asyncio.wait_for(passes, 5)
+    monkeypatch.setattr(node.app.store, "now", now)
+    node.clock.advance(settings.lease_ttl + 1)  # down past the leases; the first pass gets in
+    assert await node.scheduler.reap() == 0  # the holder may be reconnecting still
+    node.clock.advance(settings.lease_ttl - 1)
+    assert await node.scheduler.reap() == 0
+    node.clock.advance(1)
+    assert await node.scheduler.reap() == 2  # nobody renewed them in a lease TTL: dead after all
