@@ -211,19 +211,33 @@ async def test_listen__lost_connection_wakes_waiters_and_comes_back(
             await enqueuing.close()
 
 
-async def test_pool__dropped_connections_fail_one_call_then_recover(
+async def test_pool__dropped_connections_cost_no_call_but_a_claim(
     tmp_path: Path, clock: FakeClock
 ) -> None:
+    """Regression (fault suite N1): the server closed the pool's idle connections (here
+    ``pg_terminate_backend``; a restart alike) and each sweep pass failed on one of them, backing
+    the sweep off. Every call that may run twice now checks the pool and goes through; a claim
+    (not run twice: it hands ids out) may fail once, in one line."""
     async with fresh_queue_url("postgres", tmp_path) as url:
         queue = open_queue(url, clock)
         try:
-            await queue.enqueue([QueueItem("e1", clock.now())])
+            await queue.enqueue([QueueItem("e1", clock.now()), QueueItem("e2", clock.now())])
+            busy = [asyncio.create_task(queue.size()) for _ in range(4)]  # several pooled
+            await asyncio.gather(*busy)
+            for call in (
+                queue.size, lambda: queue.missing(["e1", "gone"]), queue.next_due_at,
+                lambda: queue.enqueue([QueueItem("e3", clock.now())]), lambda: queue.remove(["e3"]),
+            ):  # fmt: skip
+                await _terminate_backends(url, "%")
+                await call()
+            assert await queue.missing(["e1", "e3"]) == ["e3"]
             await _terminate_backends(url, "%")
             try:
-                await queue.size()
-            except QueueUnavailableError as exc:  # the pool may notice first, or not
+                claimed = await queue.claim_due(10)
+            except QueueUnavailableError as exc:
                 assert "\n" not in str(exc)
-            assert await queue.claim_due(10) == ["e1"]
+                claimed = await queue.claim_due(10)
+            assert sorted(claimed) == ["e1", "e2"]
         finally:
             await queue.close()
 
