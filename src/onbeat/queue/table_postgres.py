@@ -77,13 +77,9 @@ class PostgresQueueDriver:
 
     async def claim(self, now: int, limit: int) -> list[str]:
         with self._unavailable("claim failed"):
-            try:
-                async with self._pool.connection() as conn:
-                    cur = await conn.execute(self._sql["claim"], {"now": now, "limit": limit})
-                    return [str(row[0]) for row in await cur.fetchall()]
-            except psycopg.OperationalError:
-                await self._pool.check()  # not sent again, but the next claim finds no dead one
-                raise
+            # Not sent again (it hands ids out); a failure still checks the pool (_rows).
+            rows = await self._rows("claim", {"now": now, "limit": limit})
+        return [str(row[0]) for row in rows]
 
     async def remove(self, ids: Sequence[str]) -> None:
         await self._idempotent("remove failed", "remove", {"ids": text_array(ids)})
@@ -154,23 +150,29 @@ class PostgresQueueDriver:
     async def _idempotent(
         self, what: str, statement: str, params: Mapping[str, Any] | None = None
     ) -> list[tuple[object, ...]]:
-        """Run a statement that may run twice (every one but the claim); if its pooled
-        connection fails, the pool's idle connections are checked and it is sent once more. A
-        connection the server closed while it sat idle in the pool (a restart,
-        ``pg_terminate_backend``) fails at its first use, and failing the caller's pass for each
-        backs the sweep off (N1: a Redis FLUSHALL right after a PostgreSQL fault took 7 s to
-        refill, against 1 s)."""
+        """Run a statement that may run twice (every one but the claim), sent once more if its
+        pooled connection failed. A connection the server closed while it sat idle in the pool
+        (a restart, ``pg_terminate_backend``) fails at its first use, and failing the caller's
+        pass for it backs the sweep off (N1: a Redis FLUSHALL right after a PostgreSQL fault
+        took 7 s to refill, against 1 s)."""
         with self._unavailable(what):
-            for attempt in (1, 2):
-                try:
-                    async with self._pool.connection() as conn:
-                        cur = await conn.execute(self._sql[statement], params)
-                        return await cur.fetchall() if cur.description is not None else []
-                except psycopg.OperationalError:
-                    if attempt == 2:
-                        raise
-                    await self._pool.check()  # drops every other broken idle connection
-        raise AssertionError("unreachable")
+            try:
+                return await self._rows(statement, params)
+            except psycopg.OperationalError:
+                return await self._rows(statement, params)
+
+    async def _rows(
+        self, statement: str, params: Mapping[str, Any] | None
+    ) -> list[tuple[object, ...]]:
+        """One statement on a pooled connection; if the connection fails, the pool's idle
+        connections are checked (the broken ones dropped) before the error goes up."""
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(self._sql[statement], params)
+                return await cur.fetchall() if cur.description is not None else []
+        except psycopg.OperationalError:
+            await self._pool.check()
+            raise
 
     @contextmanager
     def _unavailable(self, what: str) -> Iterator[None]:
