@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,7 +105,14 @@ def _passes(store: Store, clock: FakeClock) -> None:
     store.execution_reap(1000)
 
 
-def _buffers(jobs: int, analyzed: bool) -> Buffers:
+def _buffers(
+    jobs: int,
+    analyzed: bool,
+    work: Callable[[Store, FakeClock], None] = _passes,
+    names: Mapping[str, str] | None = None,
+) -> Buffers:
+    """The buffers of ``work``'s statements (by default every statement of the store, by name)
+    on a store of ``jobs`` cron jobs."""
     clock = FakeClock()
     with store_schema() as url:
         store = open_store(url, clock, shard_count=SHARDS)
@@ -116,9 +123,10 @@ def _buffers(jobs: int, analyzed: bool) -> Buffers:
                 _fill(store, jobs)
                 if analyzed:
                     admin.execute("ANALYZE")
-            names = {sql: name for name, sql in store._q.items()}  # type: ignore[attr-defined]
+            if names is None:
+                names = {sql: name for name, sql in store._q.items()}  # type: ignore[attr-defined]
             with _explained(names) as seen:
-                _passes(store, clock)
+                work(store, clock)
             return dict(seen)
         finally:
             store.close()
@@ -142,16 +150,10 @@ def test_hot_path__no_statement_reads_more_as_the_store_grows(analyzed: bool) ->
 def test_explained__measures_a_statement_that_reads_the_whole_store() -> None:
     """The harness itself: a statement that reads every run is caught."""
     whole = "SELECT count(*) FROM runs WHERE due_at > -1"
-    runs = {}
-    for jobs in (SMALL, LARGE):
-        clock = FakeClock()
-        with store_schema() as url:
-            store = open_store(url, clock, shard_count=SHARDS)
-            try:
-                _fill(store, jobs)
-                with _explained({whole: "whole"}) as seen, store._read() as c:  # type: ignore[attr-defined]
-                    c.execute(whole)
-                runs[jobs] = seen["whole"]
-            finally:
-                store.close()
-    assert runs[LARGE] > GROWTH * runs[SMALL] + SLACK, runs
+
+    def read_whole(store: Store, _: FakeClock) -> None:
+        with store._read() as c:  # type: ignore[attr-defined]
+            c.execute(whole)
+
+    small, large = (_buffers(jobs, False, read_whole, {whole: "whole"}) for jobs in (SMALL, LARGE))
+    assert large["whole"] > GROWTH * small["whole"] + SLACK, (small, large)
