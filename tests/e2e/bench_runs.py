@@ -1,5 +1,5 @@
 """What the tiny benchmark runs share: run a ``bench/`` script, read its ``BENCH_JSON`` line, and
-list the schemas benchmarks make (each must drop its own)."""
+list the schemas and databases benchmarks make (each must drop its own)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,18 @@ from onbeat.testing.postgres import TEST_SERVER
 from tests.faults.process import REPO
 
 
-def bench_schemas() -> set[str]:
+def _names(query: str) -> set[str]:
     with psycopg.connect(TEST_SERVER) as conn:
-        rows = conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'onbeat_bench_%'"
-        ).fetchall()
-    return {row[0] for row in rows}
+        return {row[0] for row in conn.execute(query).fetchall()}
+
+
+def bench_schemas() -> set[str]:
+    return _names("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'onbeat_bench_%'")
+
+
+def peer_databases() -> set[str]:
+    """The databases ``bench/peers/run.py`` makes for onbeat's entries."""
+    return _names("SELECT datname FROM pg_database WHERE datname LIKE 'peers_onbeat%'")
 
 
 def run_bench(script: str, *args: str) -> dict[str, Any]:

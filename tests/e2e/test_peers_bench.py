@@ -11,20 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
-
-from onbeat.testing.postgres import TEST_SERVER
+from tests.e2e.bench_runs import peer_databases
 from tests.e2e.conftest import REPO
 
 ENTRIES = ("onbeat", "onbeat-embedded")
-
-
-def _peer_databases() -> set[str]:
-    with psycopg.connect(TEST_SERVER) as conn:
-        rows = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'peers_onbeat%'"
-        ).fetchall()
-    return {row[0] for row in rows}
 
 
 def _run(peer: str, out: Path) -> subprocess.Popen[str]:
@@ -38,7 +28,7 @@ def _run(peer: str, out: Path) -> subprocess.Popen[str]:
 def test_peers_bench__onbeat_entries_count_every_run_once_in_every_workload(
     tmp_path: Path,
 ) -> None:
-    before = _peer_databases()
+    before = peer_databases()
     runs = {peer: _run(peer, tmp_path / peer) for peer in ENTRIES}
     outputs = {peer: proc.communicate(timeout=240)[0] for peer, proc in runs.items()}
     for peer, proc in runs.items():
@@ -55,4 +45,4 @@ def test_peers_bench__onbeat_entries_count_every_run_once_in_every_workload(
             if result["workload"] != "W1":  # in W1 a worker may still be starting when it ends
                 assert set(f["exit_statuses"].values()) == {0}, (peer, result["workload"])
         assert len(list((tmp_path / peer).glob(f"{peer}-W*-tiny-*.json"))) == 3
-    assert _peer_databases() <= before  # the fleet's databases were dropped
+    assert peer_databases() <= before  # the fleet's databases were dropped
