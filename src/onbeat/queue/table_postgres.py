@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from onbeat.errors import QueueUnavailableError
 from onbeat.queue.table import QueueRow, one_line
+from onbeat.store.postgres import RECONNECT_TIMEOUT
 from onbeat.store.queries import load_named_sql
 
 __all__ = ["PostgresQueueDriver", "int_array", "text_array"]
@@ -49,6 +50,8 @@ class PostgresQueueDriver:
             max_size=pool_size,
             kwargs=self._connect_kwargs(),
             timeout=CONNECT_TIMEOUT,
+            reconnect_timeout=RECONNECT_TIMEOUT,
+            reconnect_failed=_reconnect_at_once,
             configure=_configure,
             open=False,
             name=f"onbeat-queue-{table}",
@@ -182,6 +185,12 @@ class PostgresQueueDriver:
             yield
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise QueueUnavailableError(f"queue {self._location}: {what}: {one_line(exc)}") from exc
+
+
+async def _reconnect_at_once(pool: AsyncConnectionPool[Any]) -> None:
+    """As ``onbeat.store.postgres.reconnect_at_once``, for the async pool."""
+    if not pool.closed:
+        await pool.check()
 
 
 async def _configure(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:

@@ -48,6 +48,11 @@ each hold one for the length of one transaction."""
 CONNECT_TIMEOUT = 10.0
 """No healthy process idles this long between two statements of a transaction, even on a busy
 box; a shorter shard lease TTL (tests) does not make the timeout shorter than this."""
+RECONNECT_TIMEOUT = 2.0
+"""Seconds a pool's connection attempts back off (1 s, then 1 s) before they give up and start
+again (``reconnect_at_once``): while the server is down, a pool tries about once a second.
+psycopg_pool's own default (300 s) doubles the wait after every failure, so a process could come
+back half a minute after its server, and by then its runs' leases had run out: they ran twice."""
 MIGRATION_LOCK = 7243000000
 """Advisory lock key: one process at a time applies migrations."""
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -69,6 +74,13 @@ _UNREACHABLE = (
 )
 """The server cannot be reached (down, restarting, connection lost, or the session ended because
 this process stalled inside a transaction): StoreUnavailableError."""
+
+
+def reconnect_at_once(pool: ConnectionPool[Any]) -> None:
+    """A pool whose attempts gave up tries again at once: a caller waiting for a connection gets
+    one within a second of the server's return, not at its timeout."""
+    if not pool.closed:
+        pool.check()
 
 
 def postgres_queries() -> dict[str, str]:
@@ -167,6 +179,8 @@ class PostgresStore(SQLStore):
             kwargs={"row_factory": _row_factory, "autocommit": True},
             configure=_configure_session,
             timeout=CONNECT_TIMEOUT,
+            reconnect_timeout=RECONNECT_TIMEOUT,
+            reconnect_failed=reconnect_at_once,
             open=False,
             name="onbeat",
         )
@@ -200,7 +214,7 @@ class PostgresStore(SQLStore):
         except _CONFLICTS:
             raise  # SQLStore runs the transaction again
         except _UNREACHABLE as exc:
-            raise StoreUnavailableError(f"PostgreSQL: {_why(exc)}") from exc
+            raise self._unreachable(exc) from exc
 
     @contextmanager
     def _read(self) -> Iterator[_Connection]:
@@ -208,7 +222,15 @@ class PostgresStore(SQLStore):
             with self._pool.connection() as conn:
                 yield _Connection(conn)
         except _UNREACHABLE as exc:
-            raise StoreUnavailableError(f"PostgreSQL: {_why(exc)}") from exc
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: Exception) -> StoreUnavailableError:
+        """The error to raise for ``exc``. A failed connection first has the pool's idle ones
+        checked: after a server restart or ``pg_terminate_backend`` every pooled connection is
+        dead, and without the check each would fail one pass of its own (and back it off)."""
+        if isinstance(exc, psycopg.OperationalError):
+            self._pool.check()
+        return StoreUnavailableError(f"PostgreSQL: {_why(exc)}")
 
     def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
         if execution_ids:
