@@ -3,7 +3,7 @@ text when it is (for people).
 
 A state-change line of a run carries the run's identity as fields, passed with ``extra=``:
 ``execution_id``, ``job_id``, ``attempt``, ``fencing_token`` (and ``task``) wherever they are known
-(see ``onbeat.worker.worker.run_fields``). API keys are never passed to a logger: the API logs no
+(see ``run_fields``). API keys are never passed to a logger: the API logs no
 request headers, and ``onbeat up`` logs no configuration values but the store and queue URLs.
 """
 
@@ -13,10 +13,24 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from onbeat.model import Execution
 
 FIELDS = ("execution_id", "job_id", "attempt", "fencing_token", "task")
 """The record attributes (set with ``extra=``) that become fields of a log line."""
+
+
+def run_fields(execution: Execution, **more: Any) -> dict[str, Any]:
+    """The fields every state-change log line of a run carries."""
+    return {
+        "execution_id": execution.id,
+        "job_id": execution.job_id,
+        "attempt": execution.attempt,
+        "fencing_token": execution.fencing_token,
+        **more,
+    }
 
 
 def _fields(record: logging.LogRecord) -> dict[str, object]:

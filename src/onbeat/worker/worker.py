@@ -5,8 +5,8 @@ fencing token; every later write names that token, so a worker that lost its lea
 partitioned) cannot overwrite the outcome of the run's next attempt. Outcomes and heartbeats are
 batched: one store call per batch, not per run.
 
-Task code cannot stop, starve or strand the worker: it runs in an executor (``executors.py``)
-that turns whatever it raises into a failed attempt; the heartbeat renews leases from its own
+Task code cannot stop, starve or strand the worker: it runs in an executor (``executors.py``),
+and whatever it raises becomes a failed attempt (``attempt.py``); the heartbeat renews leases from its own
 thread (``heartbeat.py``), so a task blocking the event loop does not get healthy runs rescued;
 and every run the store started is tracked (heartbeated, then finished or released) from the
 moment the claim returns, even when the worker is stopping.
@@ -24,22 +24,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from onbeat.clock import Clock
-from onbeat.errors import TaskAborted, TaskCrashed, TaskNotFoundError, TaskTimeout
 from onbeat.limits import LimitDefaults
+from onbeat.logs import run_fields
 from onbeat.metrics import Metrics
-from onbeat.model import Execution
 from onbeat.queue.base import DelayQueue, QueueItem
-from onbeat.retry import backoff_delay
 from onbeat.scheduler import process_name, sleep_or_wake
 from onbeat.settings import Settings
 from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
-from onbeat.task import Pool, Task, TaskContext, TaskRegistry
+from onbeat.task import Pool, Task, TaskRegistry
+from onbeat.worker.attempt import run_attempt
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
 from onbeat.worker.instruments import TaskInstruments
 from onbeat.worker.outage import FailureStreak
-from onbeat.worker.processes import ChildTaskError, ProcessExecutor
-from onbeat.worker.results import stored_result
+from onbeat.worker.processes import ProcessExecutor
 from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
 log = logging.getLogger("onbeat.worker")
@@ -313,59 +311,15 @@ class Worker:
     # --- running ----------------------------------------------------------------------------
     async def _run(self, held: _Held) -> None:
         try:
-            completion = await self._execute(held.run)
+            completion = await run_attempt(
+                held.run, self.registry, self._executor, self._per_task, self.clock
+            )
         except asyncio.CancelledError:
             return  # fenced, replaced, or the worker is stopping (it releases the lease itself)
         if self._held.get(held.run.execution.id) is not held:
             return  # fenced while running: the result is stale and must not be written
         self._finished.append(completion)
         self._finished_ready.set()
-
-    async def _execute(self, run: ClaimedRun) -> Completion:
-        ex = run.execution
-        ctx = TaskContext(
-            execution_id=ex.id,
-            job_id=ex.job_id,
-            attempt=ex.attempt,
-            fencing_token=ex.fencing_token,
-            scheduled_for=ex.scheduled_for,
-            logger=self._per_task.logger(run.task),
-        )
-        timed_out = False
-        started = self.clock.monotonic()
-        try:
-            task = self.registry.get(run.task)
-            executor = self._executor(task)
-            try:
-                result = await executor.run(task, ctx, run.params, run.timeout)
-            finally:
-                self._per_task.run_duration(run.task).observe(self.clock.monotonic() - started)
-            return Completion(ex.id, ex.fencing_token, succeeded=True, result=stored_result(result))
-        except TaskTimeout:
-            timed_out = True
-            error = f"timed out after {run.timeout}s"
-        except TaskNotFoundError as exc:
-            error = f"{exc} in this worker"
-        except (TaskAborted, TaskCrashed, ChildTaskError) as exc:  # they name what happened
-            error = str(exc)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        except BaseException as exc:  # SystemExit & co. from task code run in this task
-            current = asyncio.current_task()
-            if isinstance(exc, asyncio.CancelledError) and current and current.cancelling():
-                raise
-            error = str(TaskAborted(exc))
-        retry_in = (
-            backoff_delay(run.retry, ex.attempt) if ex.attempt < run.retry.max_attempts else None
-        )
-        return Completion(
-            ex.id,
-            ex.fencing_token,
-            succeeded=False,
-            error=error,
-            timed_out=timed_out,
-            retry_in=retry_in,
-        )
 
     async def flush(self) -> bool:
         """Write the outcomes gathered so far, in one store call. False if the write failed: the
@@ -559,14 +513,3 @@ def _outcome_fields(done: Completion, run: ClaimedRun | None) -> dict[str, Any]:
     fields = run_fields(run.execution, task=run.task) if run else {}
     fields |= {"execution_id": done.execution_id, "fencing_token": done.fencing_token}
     return fields
-
-
-def run_fields(execution: Execution, **more: Any) -> dict[str, Any]:
-    """The fields every state-change log line of a run carries (see ``onbeat.logs``)."""
-    return {
-        "execution_id": execution.id,
-        "job_id": execution.job_id,
-        "attempt": execution.attempt,
-        "fencing_token": execution.fencing_token,
-        **more,
-    }
