@@ -242,7 +242,8 @@ class RedisFaults:
                 rebuilds[name] = max(took, rebuilds.get(name, took))
             report.checks[name] = rebuilds[name] != "never" and rebuilds[name] <= bound
         report.metrics |= rebuilds | {"rebuild_bound_s": bound}
-        delays = self._down_delays()
+        by_fault = self._down_delays()
+        delays = [delay for runs in by_fault.values() for delay, _ in runs]
         report.metrics |= {
             "redis_down_runs": len(delays),
             "redis_down_start_delay_p50": percentile(delays, 0.5),
@@ -255,25 +256,44 @@ class RedisFaults:
         report.config["redis_faults"] = [
             {"fault": e.fault, "wall": e.wall, "ended": e.ended, "recovered": e.recovered,
              "rebuild_trace": self.rebuild_trace.get(i, []),
+             "down_start_delays": _delay_summary(by_fault[i]) if i in by_fault else None,
              "missing_sample": [attempts_of(self.context.database_url, eid)
                                 for eid in self.missing_sample.get(i, [])]}
             for i, e in enumerate(self.events)
         ]  # fmt: skip
 
-    def _down_delays(self) -> list[float]:
-        """First-start delays of the runs due while Redis was down (a, b, d)."""
-        down = [(e.wall, e.ended or e.wall) for e in self.events if e.fault in DOWN]
+    def _down_delays(self) -> dict[int, list[tuple[float, str]]]:
+        """Per fault (its index) during which Redis was down (a, b, d): (first-start delay, run
+        id) of each run due meanwhile."""
+        down = {
+            i: (e.wall, e.ended or e.wall) for i, e in enumerate(self.events) if e.fault in DOWN
+        }
         firsts: dict[str, float] = {}
         for entry in read_ledgers(self.context.artifacts / "ledger"):
             if entry["event"] == "start":
                 eid, wall = entry["execution_id"], entry["wall_ns"] / 1e9
                 firsts[eid] = min(wall, firsts.get(eid, wall))
-        delays = []
+        delays: dict[int, list[tuple[float, str]]] = {}
         for run in read_runs(self.context.database_url):
             due = run.scheduled_for.timestamp()
-            if run.id in firsts and any(lo <= due <= hi for lo, hi in down):
-                delays.append(firsts[run.id] - due)
+            if run.id not in firsts:
+                continue
+            for i, (lo, hi) in down.items():
+                if lo <= due <= hi:
+                    delays.setdefault(i, []).append((firsts[run.id] - due, run.id))
         return delays
+
+
+def _delay_summary(runs: list[tuple[float, str]]) -> dict[str, Any]:
+    """One fault's start delays, for the report: how many, p99, and the latest runs by id (to
+    follow up in the logs)."""
+    delays = [delay for delay, _ in runs]
+    latest = sorted(runs, reverse=True)[:3]
+    return {
+        "runs": len(runs),
+        "p99": percentile(delays, 0.99),
+        "latest": [{"execution_id": eid, "delay": round(delay, 3)} for delay, eid in latest],
+    }
 
 
 def redis_services(context: FleetContext, probe_prefix: str = "probe_") -> dict[str, ServiceFault]:
