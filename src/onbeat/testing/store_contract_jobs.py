@@ -93,7 +93,17 @@ class JobsContract:
         assert len(store.job_list()) == 3
         with pytest.raises(ValidationError, match="Idempotency-Key"):
             store.job_create_many([_new(), _cron(HOURLY, idempotency_key="k-0")])
+        with pytest.raises(ValidationError, match="Idempotency-Key"):  # within the batch
+            store.job_create_many(
+                [_new(idempotency_key="k-2"), _new(params={"other": 1}, idempotency_key="k-2")]
+            )
         assert len(store.job_list()) == 3, "a refused batch left jobs behind"
+        # One key, two tenants: two jobs; the batch's keys are looked up per tenant.
+        both = store.job_create_many(
+            [_new(idempotency_key="k-0", tenant="acme"), _new(idempotency_key="k-0")]
+        )
+        assert [c.replayed for c in both] == [False, True]
+        assert both[1].job.id == earlier.id and both[0].job.tenant == "acme"
 
     def test_job_create__idempotency_key_reused_for_another_submission_is_refused(
         self, store: Store, clock: FakeClock

@@ -60,6 +60,14 @@ from onbeat.store.sql_store.base import (
 log = logging.getLogger("onbeat.store")
 
 
+def _same_submission(stored: str, submitted: str) -> None:
+    """A key used again must carry the same submission (its fingerprint)."""
+    if stored != submitted:
+        raise ValidationError(
+            "Idempotency-Key", "was already used for a different submission; use a new key"
+        )
+
+
 class JobTransactions(SQLBase):
     """The API's transactions: jobs, their runs and dead letters as users see and change them."""
 
@@ -74,9 +82,10 @@ class JobTransactions(SQLBase):
             return self._create_jobs(news)
 
     def _create_jobs(self, news: Sequence[NewJob]) -> list[CreatedJob]:
-        """Insert the jobs, their creation events and first runs with one statement each, in one
-        transaction. A job with an idempotency key is looked up first, in submission order, so a
-        key repeated within the batch returns the job its first use made."""
+        """Insert the jobs, their creation events, first runs and idempotency keys with one
+        statement each, in one transaction. The batch's keys are looked up first, all at once: a
+        key already stored replays its job, and a key repeated within the batch replays the job
+        its first use makes (both only for the same submission)."""
         now = self.now()
         # Rows and first fire times are made before the transaction opens: under load, Python
         # work between statements is time the session sits idle in a transaction, which the
@@ -84,39 +93,42 @@ class JobTransactions(SQLBase):
         made = [self._job_row(new, now) for new in news]
         rows: list[dict[str, Any]] = []
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
-        answers: list[Job | str] = []  # a job replayed, or the id of one created
+        keys: list[dict[str, str]] = []
+        # A job replayed from the store, or (the id of a job this batch creates, replayed).
+        answers: list[Job | tuple[str, bool]] = []
         with self._tx() as c:
-            if any(new.idempotency_key is not None for new in news):
-                c.execute(
-                    self._q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)}
-                )
+            stored = self._stored_keys(c, news, now)
+            new_keys: dict[tuple[str, str], tuple[str, str]] = {}
             for new, (row, first) in zip(news, made, strict=True):
                 if new.idempotency_key is not None:
-                    replayed = self._idempotent_job(c, new)
-                    if replayed is not None:
-                        answers.append(replayed)
+                    name, submitted = (new.tenant, new.idempotency_key), fingerprint(new)
+                    if name in stored:
+                        _same_submission(stored[name][0], submitted)
+                        answers.append(job_of(self._job_for_update(c, stored[name][1])))
                         continue
-                if new.idempotency_key is not None:
-                    # Inserted now (the key refers to it); the key's insert decides: of
-                    # concurrent submissions under one key, the others wait for the first to
-                    # commit and insert nothing.
-                    c.execute(self._q["job_insert"], row)
-                    key = {
-                        "tenant": new.tenant,
-                        "key": new.idempotency_key,
-                        "fingerprint": fingerprint(new),
-                        "job_id": row["id"],
-                        "now": row["now"],
-                    }
-                    if c.execute(self._q["idempotency_key_insert"], key).fetchone() is None:
-                        raise _KeyTaken
-                else:
-                    rows.append(row)
+                    if name in new_keys:
+                        _same_submission(new_keys[name][0], submitted)
+                        answers.append((new_keys[name][1], True))
+                        continue
+                    new_keys[name] = (submitted, row["id"])
+                    keys.append(
+                        {"tenant": new.tenant, "key": new.idempotency_key}
+                        | {"fingerprint": submitted, "job_id": row["id"]}
+                    )
+                rows.append(row)
                 if first:
                     firsts.append((row["id"], row["shard"], new.priority, first))
-                answers.append(row["id"])
+                answers.append((row["id"], False))
             c.executemany(self._q["job_insert"], rows)
-            created = [a for a in answers if isinstance(a, str)]
+            if keys:
+                # Of concurrent submissions under one key, the others wait for the first to
+                # commit and insert nothing: rolled back, the retry replays the first's job.
+                params = {"keys": json.dumps(keys), "now": to_us(now)}
+                if len(c.execute(self._q["idempotency_keys_insert"], params).fetchall()) < len(
+                    keys
+                ):
+                    raise _KeyTaken
+            created = [row["id"] for row in rows]
             c.executemany(
                 self._q["job_event_insert"],
                 [
@@ -125,12 +137,33 @@ class JobTransactions(SQLBase):
                 ],
             )
             self._insert_planned(c, firsts)
-            stored = c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
-        jobs = {r["id"]: job_of(r) for r in stored}
+            jobs_rows = c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
+        jobs = {r["id"]: job_of(r) for r in jobs_rows}
         return [
-            CreatedJob(jobs[a], replayed=False) if isinstance(a, str) else CreatedJob(a, True)
+            CreatedJob(a, replayed=True)
+            if isinstance(a, Job)
+            else CreatedJob(jobs[a[0]], replayed=a[1])
             for a in answers
         ]
+
+    def _stored_keys(
+        self, c: Connection, news: Sequence[NewJob], now: datetime
+    ) -> dict[tuple[str, str], tuple[str, str]]:
+        """(tenant, key) -> (fingerprint, job id) of the batch's keys already stored: one
+        statement per tenant (a batch has one), after the expired keys are pruned."""
+        by_tenant: dict[str, list[str]] = {}
+        for new in news:
+            if new.idempotency_key is not None:
+                by_tenant.setdefault(new.tenant, []).append(new.idempotency_key)
+        if not by_tenant:
+            return {}
+        c.execute(self._q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
+        found = {}
+        for tenant, keys in by_tenant.items():
+            params = {"tenant": tenant, "keys": json.dumps(keys)}
+            for r in c.execute(self._q["idempotency_keys_get"], params).fetchall():
+                found[(tenant, r["key"])] = (r["fingerprint"], r["job_id"])
+        return found
 
     def _job_row(
         self, new: NewJob, now: datetime
@@ -153,18 +186,6 @@ class JobTransactions(SQLBase):
             "now": to_us(now),
         }
         return row, first
-
-    def _idempotent_job(self, c: Connection, new: NewJob) -> Job | None:
-        found = c.execute(
-            self._q["idempotency_key_get"], {"tenant": new.tenant, "key": new.idempotency_key}
-        ).fetchone()
-        if found is None:
-            return None
-        if found["fingerprint"] != fingerprint(new):
-            raise ValidationError(
-                "Idempotency-Key", "was already used for a different submission; use a new key"
-            )
-        return job_of(self._job_for_update(c, found["job_id"]))
 
     def job_get(self, job_id: str) -> Job | None:
         with self._read() as c:

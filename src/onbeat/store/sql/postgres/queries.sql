@@ -506,15 +506,19 @@ UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
 -- name: api_key_count_active
 SELECT count(*) FROM api_keys WHERE revoked_at IS NULL;
 
--- name: idempotency_key_get
-SELECT fingerprint, job_id FROM idempotency_keys WHERE tenant = :tenant AND key = :key;
+-- name: idempotency_keys_get
+-- A batch's keys of one tenant, in one statement: :keys is a JSON array of keys.
+SELECT key, fingerprint, job_id FROM idempotency_keys
+WHERE tenant = :tenant AND key = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:keys AS jsonb))));
 
--- name: idempotency_key_insert
--- A concurrent insert of the same key waits for the first to commit, then inserts nothing.
+-- name: idempotency_keys_insert
+-- :keys is a JSON array of {tenant, key, fingerprint, job_id}; returns the keys inserted. A key a
+-- concurrent submission holds waits for it to commit, then inserts nothing (the caller retries).
 INSERT INTO idempotency_keys (tenant, key, fingerprint, job_id, created_at)
-VALUES (:tenant, :key, :fingerprint, :job_id, :now)
+SELECT k->>'tenant', k->>'key', k->>'fingerprint', k->>'job_id', :now
+FROM jsonb_array_elements(CAST(:keys AS jsonb)) AS k
 ON CONFLICT (tenant, key) DO NOTHING
-RETURNING job_id;
+RETURNING key;
 
 -- name: idempotency_key_prune
 DELETE FROM idempotency_keys WHERE created_at < :before;

@@ -387,14 +387,20 @@ UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
 -- name: api_key_count_active
 SELECT count(*) FROM api_keys WHERE revoked_at IS NULL;
 
--- name: idempotency_key_get
-SELECT fingerprint, job_id FROM idempotency_keys WHERE tenant = :tenant AND key = :key;
+-- name: idempotency_keys_get
+-- A batch's keys of one tenant, in one statement: :keys is a JSON array of keys.
+SELECT key, fingerprint, job_id FROM idempotency_keys
+WHERE tenant = :tenant AND key IN (SELECT value FROM json_each(:keys));
 
--- name: idempotency_key_insert
+-- name: idempotency_keys_insert
+-- :keys is a JSON array of {tenant, key, fingerprint, job_id}; returns the keys inserted
+-- ("WHERE true": SQLite's parser needs it before ON CONFLICT after a SELECT).
 INSERT INTO idempotency_keys (tenant, key, fingerprint, job_id, created_at)
-VALUES (:tenant, :key, :fingerprint, :job_id, :now)
+SELECT json_extract(value, '$.tenant'), json_extract(value, '$.key'),
+       json_extract(value, '$.fingerprint'), json_extract(value, '$.job_id'), :now
+FROM json_each(:keys) WHERE true
 ON CONFLICT (tenant, key) DO NOTHING
-RETURNING job_id;
+RETURNING key;
 
 -- name: idempotency_key_prune
 DELETE FROM idempotency_keys WHERE created_at < :before;
