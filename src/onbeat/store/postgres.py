@@ -228,7 +228,7 @@ class PostgresStore(SQLStore):
         """The error to raise for ``exc``. A failed connection first has the pool's idle ones
         checked: after a server restart or ``pg_terminate_backend`` every pooled connection is
         dead, and without the check each would fail one pass of its own (and back it off)."""
-        if isinstance(exc, psycopg.OperationalError):
+        if isinstance(exc, psycopg.OperationalError) and not self._pool.closed:
             self._pool.check()
         return StoreUnavailableError(f"PostgreSQL: {_why(exc)}")
 

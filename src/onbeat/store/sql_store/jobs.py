@@ -124,9 +124,8 @@ class JobTransactions(SQLBase):
                 # Of concurrent submissions under one key, the others wait for the first to
                 # commit and insert nothing: rolled back, the retry replays the first's job.
                 params = {"keys": json.dumps(keys), "now": to_us(now)}
-                if len(c.execute(self._q["idempotency_keys_insert"], params).fetchall()) < len(
-                    keys
-                ):
+                inserted = c.execute(self._q["idempotency_keys_insert"], params).fetchall()
+                if len(inserted) < len(keys):
                     raise _KeyTaken
             created = [row["id"] for row in rows]
             c.executemany(
