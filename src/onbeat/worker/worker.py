@@ -6,10 +6,10 @@ partitioned) cannot overwrite the outcome of the run's next attempt. Outcomes an
 batched: one store call per batch, not per run.
 
 Task code cannot stop, starve or strand the worker: it runs in an executor (``executors.py``),
-and whatever it raises becomes a failed attempt (``attempt.py``); the heartbeat renews leases from its own
-thread (``heartbeat.py``), so a task blocking the event loop does not get healthy runs rescued;
-and every run the store started is tracked (heartbeated, then finished or released) from the
-moment the claim returns, even when the worker is stopping.
+and whatever it raises becomes a failed attempt (``attempt.py``); the heartbeat renews leases
+from its own thread (``heartbeat.py``), so a task blocking the event loop does not get healthy
+runs rescued; and every run the store started is tracked (heartbeated, then finished or
+released) from the moment the claim returns, even when the worker is stopping.
 """
 
 from __future__ import annotations
