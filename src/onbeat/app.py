@@ -15,7 +15,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 from onbeat import validation
 from onbeat.audit import AuditReport, audit
-from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, new_key
+from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, is_loopback, new_key
 from onbeat.clock import Clock, StoreClock
 from onbeat.errors import NotFoundError, OnbeatError, TaskNotFoundError, ValidationError
 from onbeat.limits import (
@@ -41,6 +41,10 @@ from onbeat.task import Pool, Task, TaskFunction, TaskRegistry
 
 F = TypeVar("F", bound=TaskFunction)
 log = logging.getLogger("onbeat.app")
+
+KEYS_EXIST_TTL = 1.0
+"""Seconds this process keeps its answer to whether an active API key exists (asked on every
+request without a key): how late a key created by another process turns keyless access off."""
 
 
 class JobOptions(TypedDict, total=False):
@@ -92,6 +96,11 @@ class App:
         self._store: Store | None = None
         self._store_lock = threading.Lock()
         self._submit_listeners: list[Callable[[], None]] = []
+        self._keys_exist: tuple[bool, float] | None = None
+        """Whether an active API key exists, and until when (monotonic) that answer holds."""
+        self._keys_generation = 0
+        """Keys created or revoked through this App: an answer read across one is not kept."""
+        self._keys_exist_lock = threading.Lock()
 
     @property
     def store(self) -> Store:
@@ -503,6 +512,7 @@ class App:
             self.store.now(),
         )
         self.store.api_key_insert(api_key, hash_key(key))
+        self._forget_keys_exist()
         return api_key, key
 
     def authenticate(self, key: str) -> ApiKey | None:
@@ -514,10 +524,36 @@ class App:
     def revoke_api_key(self, key_id: str) -> None:
         if not validation.storable(key_id) or not self.store.api_key_revoke(key_id):
             raise NotFoundError(f"active API key {key_id!r} not found")
+        self._forget_keys_exist()
 
     def auth_enabled(self) -> bool:
-        """True once any active API key exists: from then on every request needs one."""
-        return self.store.api_key_count_active() > 0
+        """True if every request needs an API key: once an active key exists, and always on a
+        node whose API serves a non-loopback address without ``insecure``, so that revoking its
+        last key does not open it to anyone."""
+        if not is_loopback(self.settings.host) and not self.settings.insecure:
+            return True
+        return self.api_keys_exist()
+
+    def api_keys_exist(self) -> bool:
+        """Whether an active API key exists, read from the store at most once per
+        ``KEYS_EXIST_TTL`` seconds: every request without a key asks. A key created or revoked
+        through this App counts at once; through another process (``onbeat keys``), within
+        ``KEYS_EXIST_TTL``."""
+        with self._keys_exist_lock:
+            cached, generation = self._keys_exist, self._keys_generation
+        now = self.clock.monotonic()
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        exist = self.store.api_key_count_active() > 0
+        with self._keys_exist_lock:
+            if generation == self._keys_generation:  # no key was created or revoked meanwhile
+                self._keys_exist = (exist, now + KEYS_EXIST_TTL)
+        return exist
+
+    def _forget_keys_exist(self) -> None:
+        with self._keys_exist_lock:
+            self._keys_exist = None
+            self._keys_generation += 1
 
     # --- async twins ------------------------------------------------------------------------
     async def aschedule(self, task_name: str, **kwargs: Any) -> Job:

@@ -6,13 +6,16 @@ caller is acme unless a test says otherwise; rival's rows are the ones it must n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from onbeat import App
+from onbeat.api import create_app
 from onbeat.api.cursors import encode_cursor
+from onbeat.app import KEYS_EXIST_TTL
 from onbeat.auth import Role
 from onbeat.errors import StoreUnavailableError
 from onbeat.testing import FakeClock
@@ -125,6 +128,44 @@ async def test_revoking_a_key__401_from_then_on(
     assert (await client.get("/jobs", headers=bearer(secret))).status_code == 200
     onbeat_app.revoke_api_key(key.id)
     assert_problem(await client.get("/jobs", headers=bearer(secret)), 401, "Authorization")
+
+
+async def test_network_facing_api__no_key_is_401_after_its_last_key_is_revoked(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """An API on a non-loopback address started with a key; revoking that key must not let
+    keyless callers in as admin."""
+    app = App(f"sqlite:///{tmp_path / 'db'}", clock=clock, host="0.0.0.0")
+    key, secret = app.create_api_key("acme", Role.WRITER)
+    async with _client(app) as client:
+        assert (await client.get("/jobs", headers=bearer(secret))).status_code == 200
+        app.revoke_api_key(key.id)
+        assert not app.api_keys_exist()
+        assert_problem(await client.get("/jobs"), 401, "Authorization")
+        assert_problem(await client.post("/jobs", json={"task": "echo"}), 401, "Authorization")
+    app.close()
+
+
+async def test_key_created_by_another_process__no_key_is_401_within_the_ttl(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Whether a key exists is read once per KEYS_EXIST_TTL, not on every keyless request; a
+    key created elsewhere (`onbeat keys create`) turns keyless access off within that time."""
+    url = f"sqlite:///{tmp_path / 'db'}"
+    app, elsewhere = App(url, clock=clock), App(url, clock=clock)
+    async with _client(app) as client:
+        assert (await client.get("/jobs")).status_code == 200
+        elsewhere.create_api_key("acme", Role.WRITER)
+        assert (await client.get("/jobs")).status_code == 200  # the answer of 0 s ago
+        clock.advance(KEYS_EXIST_TTL)
+        assert_problem(await client.get("/jobs"), 401, "Authorization")
+    app.close()
+    elsewhere.close()
+
+
+def _client(app: App) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=create_app(app))
+    return httpx.AsyncClient(transport=transport, base_url="http://onbeat.test/api/v1")
 
 
 async def test_public_paths__need_no_key(client: httpx.AsyncClient, world: World) -> None:

@@ -10,12 +10,12 @@ it starts, and rides out later outages (see docs/settings.md).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from typing import Any
 
 import click
 
 from onbeat.app import App
+from onbeat.auth import is_loopback
 from onbeat.cli import main
 from onbeat.cli.options import (
     OneLineUsageError,
@@ -48,18 +48,11 @@ def refuse_open_api(app: App) -> None:
     """An API on a non-loopback address while no API key exists would let anyone in as admin:
     refuse, unless ``--insecure``."""
     host = app.settings.host
-    if not _is_loopback(host) and not app.settings.insecure and not app.auth_enabled():
+    if not is_loopback(host) and not app.settings.insecure and not app.api_keys_exist():
         raise OneLineUsageError(
             f"refusing to serve {host}: no API key exists, so the API would be open to anyone. "
             "Create one with `onbeat keys create`, bind to 127.0.0.1, or pass --insecure."
         )
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 @main.command(cls=SettingsCommand)
