@@ -6,9 +6,13 @@ A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the 
 
 from __future__ import annotations
 
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from onbeat.errors import ValidationError
 from onbeat.model import (
@@ -27,6 +31,7 @@ from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import (
     EVERY_SECOND,
     HOURLY,
+    StoreFactory,
     _at,
     _claim,
     _cron,
@@ -104,6 +109,35 @@ class JobsContract:
         )
         assert [c.replayed for c in both] == [False, True]
         assert both[1].job.id == earlier.id and both[0].job.tenant == "acme"
+
+    def test_job_create_many__idempotency_keys_as_a_property(
+        self, store_factory: StoreFactory
+    ) -> None:
+        """Random batches of keyed and unkeyed submissions, in two tenants, as time passes (a
+        key lasts a day): each keyed submission makes a job only the first time its (tenant,
+        key) is seen that day and replays that job after, within its batch or across batches;
+        a batch that reuses a key for another submission is refused whole and stores nothing."""
+
+        @settings(
+            max_examples=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+            database=None,
+        )
+        @given(
+            st.lists(st.tuples(st.sampled_from(_KEY_AGES), _KEYED_BATCH), min_size=1, max_size=5)
+        )
+        def batches_keep_the_keys_promise(
+            history: list[tuple[float, list[tuple[str, str | None, int]]]],
+        ) -> None:
+            clock = FakeClock()
+            with (
+                tempfile.TemporaryDirectory() as directory,
+                store_factory(Path(directory), clock) as open_store,
+            ):
+                _check_keyed_batches(open_store(), clock, history)
+
+        batches_keep_the_keys_promise()
 
     def test_job_create__idempotency_key_reused_for_another_submission_is_refused(
         self, store: Store, clock: FakeClock
@@ -286,3 +320,71 @@ class JobsContract:
         assert second.trigger is Trigger.MANUAL
         assert _get(store, second.id).status in PENDING_STATUSES
         assert {first.id, second.id} <= {r.id for r in _pending(store, job.id)}
+
+
+# -- idempotency keys as a property -------------------------------------------------------------
+
+_KEY_AGES = (0.0, 60.0, 24 * 3600 + 1.0)
+"""Seconds the clock moves before a batch: none, a minute, past a key's day."""
+_KEYED_BATCH = st.lists(
+    st.tuples(
+        st.sampled_from(["default", "acme"]), st.sampled_from([None, "k0", "k1"]), st.integers(0, 1)
+    ),
+    min_size=1,
+    max_size=5,
+)
+"""Submissions as (tenant, idempotency key, which of two submissions)."""
+
+
+def _check_keyed_batches(
+    store: Store, clock: FakeClock, history: list[tuple[float, list[tuple[str, str | None, int]]]]
+) -> None:
+    """Submit each batch after its clock move, and compare with a model of the keys."""
+    keys: dict[tuple[str, str], tuple[int, str, float]] = {}
+    """(tenant, key) -> (submission, its job's id, when the key was stored) for live keys."""
+    jobs = 0
+    elapsed = 0.0
+    for age, batch in history:
+        clock.advance(age)
+        elapsed += age
+        keys = {k: v for k, v in keys.items() if elapsed - v[2] <= 24 * 3600}
+        seen: dict[tuple[str, str], tuple[int, int]] = {}
+        """Keys first used in this batch: (tenant, key) -> (submission, index in the batch)."""
+        expected: list[str | int | None] = []
+        """Per submission: the id of the job it replays, the index of the earlier submission
+        in the batch it repeats, or None for a new job."""
+        refused = False
+        for i, (tenant, key, which) in enumerate(batch):
+            if key is None:
+                expected.append(None)
+            elif (tenant, key) in keys:
+                refused |= keys[(tenant, key)][0] != which
+                expected.append(keys[(tenant, key)][1])
+            elif (tenant, key) in seen:
+                refused |= seen[(tenant, key)][0] != which
+                expected.append(seen[(tenant, key)][1])
+            else:
+                seen[(tenant, key)] = (which, i)
+                expected.append(None)
+        news = [
+            _new(tenant=tenant, params={"which": which}, idempotency_key=key)
+            for tenant, key, which in batch
+        ]
+        if refused:
+            with pytest.raises(ValidationError) as refusal:
+                store.job_create_many(news)
+            assert refusal.value.field == "Idempotency-Key"
+            assert len(store.job_list(limit=1000)) == jobs, "a refused batch stored jobs"
+            continue
+        created = store.job_create_many(news)
+        for made, (tenant, _, which), expect in zip(created, batch, expected, strict=True):
+            assert made.replayed == (expect is not None)
+            assert made.job.tenant == tenant and made.job.params == {"which": which}
+            if isinstance(expect, str):
+                assert made.job.id == expect
+            elif isinstance(expect, int):
+                assert made.job.id == created[expect].job.id
+        jobs += sum(expect is None for expect in expected)
+        assert len(store.job_list(limit=1000)) == jobs
+        for (tenant, key), (which, i) in seen.items():
+            keys[(tenant, key)] = (which, created[i].job.id, elapsed)
