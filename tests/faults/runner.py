@@ -37,6 +37,7 @@ from tests.faults.scenarios import (
     START_DELAY_P99,
     Scenario,
 )
+from tests.faults.stall_watch import StallWatch
 from tests.faults.supervisor import Supervisor
 
 
@@ -290,9 +291,17 @@ def _drive(
         return held(pid) | {e["execution_id"] for e in lines if e["event"] == "start"} - ended
 
     nemesis = Nemesis(supervisor, plan, held_by, services)
+    (artifacts / "stalls.jsonl").unlink(missing_ok=True)
+    stall_watch = StallWatch(
+        ledger,
+        artifacts / "stalls.jsonl",
+        lambda: {f"{p.role}-{slot}": p.process.pid for slot, p in enumerate(supervisor.slots)},
+        None if db.startswith("sqlite:") else db,
+    )
     began = time.monotonic()
     supervisor.start()
     load.start()
+    stall_watch.start()
     if submit_first:
         wait_until(lambda: not load._thread.is_alive(), 120, "the load to be submitted")
     nemesis.start()
@@ -302,6 +311,7 @@ def _drive(
             time.sleep(min(1.0, left))
     finally:
         nemesis.stop()
+        stall_watch.stop()
     phases.mark("load")
     nemesis.write(artifacts / "timeline.json")
     for end in at_load_end or ():
@@ -353,6 +363,7 @@ def _drive(
         "workload": asdict(scenario.workload),
         "load_seconds": scenario.load_seconds,
         "restarts": len(supervisor.restarts),
+        "stalls_recorded": stall_watch.stalls,
         **config,
     }
     for add in reporters or ():

@@ -4,8 +4,13 @@ percentile is the one its table claims, and the oracle's cron fire times are the
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
+from onbeat.testing.postgres import fresh_schema
 from tests.faults import summary
 from tests.faults.checker import Report, percentile
 from tests.faults.nemesis import (
@@ -18,6 +23,7 @@ from tests.faults.nemesis import (
 from tests.faults.oracle import SubmittedJob
 from tests.faults.scenarios import NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, SCENARIOS
 from tests.faults.schedulers import KILL, PAUSE, takeover_plan
+from tests.faults.stall_watch import STALL_SECONDS, StallWatch
 
 
 def kill_plan(
@@ -117,3 +123,32 @@ def test_takeover_plan__kills_twice_then_a_pause_each_past_a_10s_mark() -> None:
     assert [f.kind for f in plan] == [KILL, KILL, PAUSE]
     assert all(5.5 <= f.offset % 10 < 6.0 for f in plan)
     assert plan[-1].lasts == 8.0 and plan[-1].offset + plan[-1].lasts < 44.0
+
+
+def test_stall_watch__records_once_per_stall_what_the_processes_were_doing(
+    tmp_path: Path,
+) -> None:
+    ledger, out = tmp_path / "ledger", tmp_path / "stalls.jsonl"
+    ledger.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with fresh_schema() as database_url:
+            watch = StallWatch(ledger, out, lambda: {"worker-0": child.pid}, database_url)
+            (ledger / "ledger-1.jsonl").write_text('{"event": "start"}\n')
+            watch.check(0.0)
+            watch.check(STALL_SECONDS - 0.5)
+            assert not out.exists(), "recorded before STALL_SECONDS without a start"
+            watch.check(STALL_SECONDS)
+            watch.check(STALL_SECONDS + 5)  # the same stall: not again
+            (ledger / "ledger-1.jsonl").write_text('{"event": "start"}\n{"event": "end"}\n')
+            watch.check(STALL_SECONDS + 6)
+            watch.check(2 * STALL_SECONDS + 6)  # a second stall
+    finally:
+        child.kill()
+        child.wait()
+    first, second = [json.loads(line) for line in out.read_text().splitlines()]
+    assert watch.stalls == 2
+    assert first["seconds_without_a_start"] == STALL_SECONDS
+    assert "sleep" in first["processes"]["worker-0"], first["processes"]
+    assert isinstance(first["postgres"], list)
+    assert second["seconds_without_a_start"] == STALL_SECONDS
