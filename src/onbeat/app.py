@@ -42,6 +42,10 @@ from onbeat.task import Pool, Task, TaskFunction, TaskRegistry
 F = TypeVar("F", bound=TaskFunction)
 log = logging.getLogger("onbeat.app")
 
+PUBLISHED_TASK_TTL = 5.0
+"""Seconds this process keeps a task it read from the store's catalog (read for every job
+submitted through a process without the task's code): how late it sees a worker publish the task
+with other defaults, or its ``task_ttl`` run out."""
 KEYS_EXIST_TTL = 1.0
 """Seconds this process keeps its answer to whether an active API key exists (asked on every
 request without a key): how late a key created by another process turns keyless access off."""
@@ -96,6 +100,8 @@ class App:
         self._store: Store | None = None
         self._store_lock = threading.Lock()
         self._submit_listeners: list[Callable[[], None]] = []
+        self._published: dict[str, tuple[PublishedTask, float]] = {}
+        """Tasks read from the store's catalog, and until when (monotonic) they are kept."""
         self._keys_exist: tuple[bool, float] | None = None
         """Whether an active API key exists, and until when (monotonic) that answer holds."""
         self._keys_generation = 0
@@ -178,25 +184,30 @@ class App:
         """The task a job may name: registered in this process, or else published to the store
         by a worker within ``settings.task_ttl`` (so a process without the tasks' code, such as
         ``onbeat api``, knows them too); TaskNotFoundError otherwise."""
-        if name in self.registry:
-            return self.registry.get(name)
-        published = self.store.task_catalog(self.settings.task_ttl, [name])
-        if not published:
+        task = self.get_tasks([name]).get(name)
+        if task is None:
             raise TaskNotFoundError(name)
-        return published[0]
+        return task
 
     def get_tasks(self, names: Iterable[str]) -> dict[str, Task | PublishedTask]:
-        """The tasks among ``names`` that :meth:`get_task` knows, by name, with one store read
-        for those this process does not register: a batch of jobs costs one read, not one per
-        job (the API without the user's code reads every task from the store)."""
+        """The tasks among ``names`` that :meth:`get_task` knows, by name, with at most one store
+        read for those this process does not register: a batch of jobs costs one read, not one
+        per job, and a task found is kept ``PUBLISHED_TASK_TTL`` seconds (the API without the
+        user's code needs one for every job submitted)."""
         wanted = set(names)
         found: dict[str, Task | PublishedTask] = {
             name: self.registry.get(name) for name in wanted if name in self.registry
         }
-        unregistered = sorted(wanted - found.keys())
-        if unregistered:
-            published = self.store.task_catalog(self.settings.task_ttl, unregistered)
-            found.update((task.name, task) for task in published)
+        now = self.clock.monotonic()
+        for name in wanted - found.keys():
+            kept = self._published.get(name)
+            if kept is not None and now < kept[1]:
+                found[name] = kept[0]
+        unread = sorted(wanted - found.keys())
+        if unread:
+            for task in self.store.task_catalog(self.settings.task_ttl, unread):
+                found[task.name] = task
+                self._published[task.name] = (task, now + PUBLISHED_TASK_TTL)
         return found
 
     def list_tasks(self) -> list[Task | PublishedTask]:

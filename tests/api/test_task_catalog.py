@@ -12,6 +12,7 @@ import pytest
 
 from onbeat import App
 from onbeat.api import create_app
+from onbeat.app import PUBLISHED_TASK_TTL
 from onbeat.errors import StoreUnavailableError
 from onbeat.model import RetryPolicy
 from onbeat.store.base import TaskDefaults
@@ -58,6 +59,25 @@ async def test_create_job__a_task_no_worker_published_within_task_ttl_is_refused
     assert_problem(await api.post("/jobs", json={"task": "mail.send"}), 422, "task")
     codeless.store.task_publish("worker-2", [MAIL])  # a worker with the task is back
     assert (await api.post("/jobs", json={"task": "mail.send"})).status_code == 201
+
+
+async def test_create_job__a_published_task_is_read_once_per_ttl(
+    api: httpx.AsyncClient, codeless: App, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[object] = []
+    catalog = codeless.store.task_catalog
+    monkeypatch.setattr(
+        codeless.store, "task_catalog", lambda *args: reads.append(args) or catalog(*args)
+    )
+    for _ in range(3):
+        assert (await api.post("/jobs", json={"task": "mail.send"})).status_code == 201
+    assert len(reads) == 1
+    clock.advance(PUBLISHED_TASK_TTL)
+    assert (await api.post("/jobs", json={"task": "mail.send"})).status_code == 201
+    assert len(reads) == 2
+    assert_problem(await api.post("/jobs", json={"task": "mail.sned"}), 422, "task")
+    assert_problem(await api.post("/jobs", json={"task": "mail.sned"}), 422, "task")
+    assert len(reads) == 4, "an unknown task is read again: a worker may publish it any moment"
 
 
 async def test_list_tasks__published_tasks_with_their_defaults(api: httpx.AsyncClient) -> None:

@@ -6,6 +6,8 @@ Regressions:
   a worker's pool could come back half a minute after its server, its runs' leases run out and
   the runs started again elsewhere (the fault suite's N1: a reaper back within a second, a
   worker 2 s later; a longer outage, later still). Now every pool tries about once a second.
+- psycopg_pool logged every attempt (now about 1.5 lines a second per pool of every process):
+  a pool's first failure is logged, then one line per 30 s.
 - The server closed the store pool's idle connections (a restart, ``pg_terminate_backend``)
   and each failed one pass of its own, each pass backing its loop off.
 """
@@ -13,6 +15,7 @@ Regressions:
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,8 +61,10 @@ def _first_success_after(call: Callable[[], object], errors: type[Exception]) ->
 
 
 def test_store__back_within_a_second_or_two_of_its_server(
-    gated_store: tuple[PostgresStore, TcpGate],
+    gated_store: tuple[PostgresStore, TcpGate], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Also: the pool's attempts (about one a second) log one line, not one each."""
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
     store, gate = gated_store
     store.api_key_count_active()
     gate.shut()
@@ -76,6 +81,8 @@ def test_store__back_within_a_second_or_two_of_its_server(
     caller.join(timeout=15)
     assert back_at, "no store call succeeded within 15 s of the server's return"
     assert back_at[0] - returned_at < BACK_WITHIN
+    pool_lines = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert len(pool_lines) == 1 and "error connecting in 'onbeat'" in pool_lines[0], pool_lines
 
 
 def test_store__dropped_connections_fail_one_call_at_most(

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from onbeat.logs import configure_logging
+from onbeat.store.postgres import QuietPoolReconnects
 
 
 class Terminal(io.StringIO):
@@ -62,3 +63,42 @@ def test_terminal__readable_text_with_the_fields_appended() -> None:
     assert line.endswith("fencing_token=7")
     with pytest.raises(json.JSONDecodeError):
         json.loads(line)
+
+
+def test_pool_reconnect_warnings__first_then_one_per_interval_with_the_count() -> None:
+    now = [0.0]
+    quiet = QuietPoolReconnects(lambda: now[0])
+
+    def failure(pool: str) -> logging.LogRecord:
+        record = logging.LogRecord(
+            "psycopg.pool", logging.WARNING, __file__, 1,
+            QuietPoolReconnects.CONNECT_FAILED, (pool, "connection refused"), None,
+        )  # fmt: skip
+        return record
+
+    passed = []
+    for second in range(65):  # one attempt a second per pool, for 65 s
+        now[0] = float(second)
+        passed += [r.getMessage() for r in (failure("onbeat"), failure("queue")) if quiet.filter(r)]
+    assert passed == [
+        "error connecting in 'onbeat': connection refused",
+        "error connecting in 'queue': connection refused",
+        "error connecting in 'onbeat': connection refused (29 more failures of this pool held back)",
+        "error connecting in 'queue': connection refused (29 more failures of this pool held back)",
+        "error connecting in 'onbeat': connection refused (29 more failures of this pool held back)",
+        "error connecting in 'queue': connection refused (29 more failures of this pool held back)",
+    ]
+    gave_up = logging.LogRecord(
+        "psycopg.pool",
+        logging.WARNING,
+        __file__,
+        1,
+        QuietPoolReconnects.GAVE_UP,
+        ("onbeat", 2.0),
+        None,
+    )
+    assert not quiet.filter(gave_up)
+    other = logging.LogRecord(
+        "psycopg.pool", logging.WARNING, __file__, 1, "discarding %s", ("x",), None
+    )
+    assert quiet.filter(other)

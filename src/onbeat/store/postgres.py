@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -74,6 +75,45 @@ _UNREACHABLE = (
 )
 """The server cannot be reached (down, restarting, connection lost, or the session ended because
 this process stalled inside a transaction): StoreUnavailableError."""
+
+
+class QuietPoolReconnects(logging.Filter):
+    """psycopg_pool logs each failed connection attempt as a WARNING, and each give-up after
+    ``RECONNECT_TIMEOUT`` (which ``reconnect_at_once`` turns into a new start, not an end): about
+    1.5 lines a second per pool of every process while the server is away. This keeps a pool's
+    first failure, then one line per ``REPEAT_AFTER`` seconds with how many it held back, and
+    drops the give-ups. onbeat's own logs say what the outage costs (store and queue calls)."""
+
+    CONNECT_FAILED = "error connecting in %r: %s"
+    GAVE_UP = "reconnection attempt in pool %r failed after %s sec"
+    REPEAT_AFTER = 30.0
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, int]] = {}
+        """pool name -> (when its last failure was logged, failures held back since)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == self.GAVE_UP:
+            return False
+        if record.msg != self.CONNECT_FAILED or not isinstance(record.args, tuple):
+            return True
+        pool, now = str(record.args[0]), self._monotonic()
+        with self._lock:
+            logged_at, held = self._last.get(pool, (-math.inf, 0))
+            if now - logged_at < self.REPEAT_AFTER:
+                self._last[pool] = (logged_at, held + 1)
+                return False
+            self._last[pool] = (now, 0)
+        if held:
+            record.msg += " (%d more failures of this pool held back)"
+            record.args = (*record.args, held)
+        return True
+
+
+logging.getLogger("psycopg.pool").addFilter(QuietPoolReconnects())
 
 
 def reconnect_at_once(pool: ConnectionPool[Any]) -> None:
