@@ -98,7 +98,8 @@ class Settings(BaseSettings):
     insecure: bool = Field(
         default=False,
         description="Serve a non-loopback `host` although no API key exists (anyone reaching it "
-        "is admin). Without it such a process refuses to start.",
+        "is admin). Without it such a process refuses to start, and refuses requests without a "
+        "key even after its last key is revoked.",
         json_schema_extra=_flag("up", "api"),
     )
     task_ttl: float = Field(
