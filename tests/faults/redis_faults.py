@@ -58,6 +58,8 @@ REDIS_DOWN_START_DELAY_P99 = 2.0
 LOOK_APART = 0.25
 """Seconds between two looks at the queues: a run missing at both is missing, not being claimed."""
 QUEUE_PREFIX = "onbeat"
+QUEUED_READ_TRIES = 3
+"""Connections tried to read the queued runs before a fault (1 s apart)."""
 """The fleet's queue URL names no prefix: the default one."""
 FALLBACK_TABLE = "onbeat_queue"
 REDIS_FAULTS = [(RESTART_AOF, DOWN_FOR), (SHUTDOWN_NOSAVE, DOWN_FOR), (FLUSHALL, 0.0)]
@@ -164,9 +166,18 @@ class RedisFaults:
     # -- the rebuild ---------------------------------------------------------------------------
 
     def _queued(self) -> set[str]:
-        with psycopg.connect(self.context.database_url) as conn:
-            rows = conn.execute("SELECT id FROM executions WHERE status = 'queued'").fetchall()
-        return {row[0] for row in rows}
+        """The runs queued now. Tried for up to ``QUEUED_READ_TRIES`` connections: N1's nemesis
+        once found the server taking more than its 5 s connect timeout 20 s after a crash."""
+        for attempt in range(1, QUEUED_READ_TRIES + 1):
+            try:
+                with psycopg.connect(self.context.database_url) as conn:
+                    rows = conn.execute("SELECT id FROM executions WHERE status = 'queued'")
+                    return {row[0] for row in rows}
+            except psycopg.OperationalError:
+                if attempt == QUEUED_READ_TRIES:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
 
     def _missing(
         self, conn: psycopg.Connection[Any], client: redis.Redis, runs: set[str]

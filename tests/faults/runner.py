@@ -364,10 +364,13 @@ def _drive(
         "load_seconds": scenario.load_seconds,
         "restarts": len(supervisor.restarts),
         "stalls_recorded": stall_watch.stalls,
+        "nemesis_errors": nemesis.errors,
         **config,
     }
     for add in reporters or ():
         add(report)
+    report.metrics["faults_not_injected"] = len(nemesis.errors)
+    report.checks["faults_not_injected"] = not nemesis.errors
     phases.mark("checker")
     report.config["phases"] = dict(phases.seconds)
     report.write(artifacts)

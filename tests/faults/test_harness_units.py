@@ -15,6 +15,8 @@ from tests.faults import summary
 from tests.faults.checker import Report, percentile
 from tests.faults.nemesis import (
     PROCESS_FAULTS,
+    FaultEvent,
+    Nemesis,
     PlannedFault,
     combined_plan,
     mixed_plan,
@@ -152,3 +154,19 @@ def test_stall_watch__records_once_per_stall_what_the_processes_were_doing(
     assert "sleep" in first["processes"]["worker-0"], first["processes"]
     assert isinstance(first["postgres"], list)
     assert second["seconds_without_a_start"] == STALL_SECONDS
+
+
+def test_nemesis__a_fault_that_fails_to_inject_is_reported_and_the_plan_goes_on() -> None:
+    def broken(fault: PlannedFault) -> FaultEvent:
+        raise ConnectionError("connection timeout expired")
+
+    def works(fault: PlannedFault) -> FaultEvent:
+        return FaultEvent(fault.kind, "redis", -1, 1, 0.0, 0)
+
+    plan = [PlannedFault(0.0, "broken"), PlannedFault(0.0, "works")]
+    nemesis = Nemesis(None, plan, lambda _pid: set(), {"broken": broken, "works": works})  # type: ignore[arg-type]
+    nemesis.start()
+    nemesis._thread.join(timeout=10)
+    assert [e.fault for e in nemesis.timeline] == ["works"]
+    [error] = nemesis.errors
+    assert "broken" in error and "connection timeout expired" in error
