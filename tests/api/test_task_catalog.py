@@ -66,9 +66,12 @@ async def test_create_job__a_published_task_is_read_once_per_ttl(
 ) -> None:
     reads: list[object] = []
     catalog = codeless.store.task_catalog
-    monkeypatch.setattr(
-        codeless.store, "task_catalog", lambda *args: reads.append(args) or catalog(*args)
-    )
+
+    def counted(*args: Any) -> Any:
+        reads.append(args)
+        return catalog(*args)
+
+    monkeypatch.setattr(codeless.store, "task_catalog", counted)
     for _ in range(3):
         assert (await api.post("/jobs", json={"task": "mail.send"})).status_code == 201
     assert len(reads) == 1
