@@ -241,8 +241,8 @@ RETURNING e.*;
 
 -- name: execution_claim_candidates
 -- The runs to claim, locked (their jobs are locked already, by jobs_lock_of_runs) in id order,
--- as every statement that locks several runs does: in the order of the plan, two of them could
--- each hold a run the other waits for (N1: 46 deadlocks an hour, each a second of waiting).
+-- as outcomes and the heartbeat lock theirs: in the order of the plan, two statements could each
+-- hold a run the other waits for (N1: 46 deadlocks an hour, each a second of waiting).
 SELECT e.*, j.task, j.params, j.timeout, j.max_attempts, j.backoff_base, j.backoff_cap,
        j.overlap, j.misfire, j.catchup_window, j.schedule_kind, j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
