@@ -110,10 +110,13 @@ def _dump(pid: int) -> str:
     tool = py_spy()
     if tool is None:
         return "py-spy is not installed"
-    try:
+    try:  # --nonblocking: read the stacks without pausing the process (a frozen one too)
         done = subprocess.run(
-            [tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=10
+            [tool, "dump", "--nonblocking", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
     except subprocess.TimeoutExpired:
-        return "py-spy dump timed out (a stopped process?)"
+        return "py-spy dump timed out"
     return done.stdout or done.stderr
