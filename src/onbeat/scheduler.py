@@ -16,6 +16,9 @@ because the node is busy.
   does not hold; shards just taken over get every queued run checked, page by page.
 - reconcile: every active cron job of the held shards must have its next run planned; any
   without one is repaired, logged and counted, whatever the cause; every ``reconcile_interval``.
+- end stalled sessions: database sessions frozen mid-pipeline inside a transaction (whose locks
+  the server's idle timeout does not release) are ended, every ``reap_interval``
+  (``Store.session_end_stalled``);
 - measure: the queue depth by priority (runs due and not started) for ``/metrics``, every
   ``sweep_interval``;
 - alerts: with a webhook configured, deliver the alert outbox (``onbeat.alerts``), every
@@ -282,6 +285,18 @@ class Scheduler:
         self.stats.reaped += total
         return total
 
+    async def end_stalled_sessions(self) -> int:
+        """End the database sessions of frozen processes that hold locks mid-transaction; returns
+        how many (see ``Store.session_end_stalled``)."""
+        ended = await asyncio.to_thread(self.store.session_end_stalled)
+        if ended:
+            log.warning(
+                "ended %d database session(s) stalled inside a transaction (a frozen process's);"
+                " their locks are released",
+                ended,
+            )
+        return ended
+
     async def measure_backlog(self) -> int:
         """Set the queue-depth gauge (runs due and not started, by priority); returns the total.
         A priority that had runs and has none now reads 0, not its last value."""
@@ -336,6 +351,7 @@ class Scheduler:
             asyncio.create_task(self._every(s.shard_renew_interval, self.renew_shards, stop)),
             asyncio.create_task(self._every(s.poll_interval, self.dispatch, stop, self._wake)),
             asyncio.create_task(self._every(s.reap_interval, self.reap, stop)),
+            asyncio.create_task(self._every(s.reap_interval, self.end_stalled_sessions, stop)),
             asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
             asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
             asyncio.create_task(self._every(s.sweep_interval, self.measure_backlog, stop)),

@@ -140,3 +140,50 @@ def test_a_frozen_transaction_releases_its_locks_within_the_idle_timeout(url: st
     finally:
         frozen.close()
         other.close()
+
+
+def test_session_end_stalled__ends_a_session_frozen_mid_pipeline_and_its_locks_go(url: str) -> None:
+    """Found by the fault suite's S4 (and open since): a scheduler stopped while psycopg sent a
+    pipelined ``executemany`` inside its dispatch kept its lease rows locked for as long as it was
+    frozen. The server shows such a session ``active`` (it waits for the rest of the pipeline),
+    so its idle-in-transaction timeout never fires; ``session_end_stalled`` ends it."""
+    store = PostgresStore(url)
+    frozen = psycopg.connect(url)
+    try:
+        frozen.execute("SELECT 1")  # BEGIN: a transaction is open
+        pipeline = frozen.pgconn
+        pipeline.enter_pipeline_mode()
+        pipeline.send_query_params(b"SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE", None)
+        pipeline.flush()  # ... and the process freezes before the pipeline's Sync
+        began = time.monotonic()
+        assert store.session_end_stalled() == 0, "ended before it had stalled for long"
+        ended = 0
+        while not ended and time.monotonic() - began < TIMEOUT + 3:
+            ended = store.session_end_stalled()
+        took = time.monotonic() - began
+        with psycopg.connect(url, autocommit=True) as waiter:
+            waiter.execute("SET lock_timeout = '1s'")  # the lock is free: no wait
+            waiter.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
+        assert ended == 1
+        assert TIMEOUT - 0.5 < took < TIMEOUT + 3
+    finally:
+        frozen.pgconn.finish()
+        store.close()
+
+
+def test_session_end_stalled__leaves_busy_and_idle_sessions_alone(url: str) -> None:
+    store = PostgresStore(url)
+    try:
+        with (
+            psycopg.connect(url) as idle_in_transaction,
+            psycopg.connect(url, autocommit=True) as busy,
+        ):
+            idle_in_transaction.execute("SELECT 1")  # its transaction stays open, idle
+            sleeping = threading.Thread(target=lambda: busy.execute("SELECT pg_sleep(4)"))
+            sleeping.start()
+            time.sleep(TIMEOUT + 1)  # past the bound, on the server's clock
+            assert store.session_end_stalled() == 0
+            sleeping.join()
+            assert busy.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        store.close()

@@ -114,6 +114,18 @@ class Store(Protocol):
         Concurrency: a signal, not a write; a lost one costs one poll interval."""
         ...
 
+    def session_end_stalled(self) -> int:
+        """End the database sessions (of this store's database and user) that have waited longer
+        than the store's idle-in-transaction timeout for their client in the middle of a statement sequence inside a
+        transaction, and return how many. Such a session belongs to a process frozen while it
+        sent a pipeline (``kill -STOP``, a VM pause): the server shows it ``active``, so its own
+        idle-in-transaction timeout never ends it, and the row locks it holds (a scheduler's
+        lease rows, the fleet's in-flight counter) would stall others until it thawed. Where
+        sessions cannot stall so (SQLite: one process) it does nothing and returns 0.
+
+        Concurrency: two callers may pick the same session; it is ended once, and both count it."""
+        ...
+
     def write_refusal(self) -> str | None:
         """Why the store refuses writes, or None if it accepts them. Every method that writes
         raises StoreWriteRefusedError (nothing changed) when the database refuses the write

@@ -429,6 +429,15 @@ class PostgresStore(SQLStore):
         self._write_refused = None
         return None
 
+    def session_end_stalled(self) -> int:
+        """The same bound as the server's ``idle_in_transaction_session_timeout`` on our idle
+        sessions, for the ones it cannot see as idle."""
+        with self._read() as c:
+            ended = c.execute(
+                self._q["sessions_end_stalled"], {"after": IDLE_IN_TRANSACTION_TIMEOUT}
+            ).fetchall()
+        return len(ended)
+
     wakes_other_processes = True
 
     def notify_dispatch(self) -> None:

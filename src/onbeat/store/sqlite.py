@@ -110,6 +110,10 @@ class SQLiteStore(SQLStore):
         """Nothing to do: schedulers sharing a SQLite file poll it (in one process, the App's
         submit listeners wake the scheduler)."""
 
+    def session_end_stalled(self) -> int:
+        """Nothing to end: the file's locks are this process's."""
+        return 0
+
     def write_refusal(self) -> str | None:
         if self._write_refused is None:
             return None  # nothing was refused: no need to touch the disk

@@ -36,6 +36,18 @@ FOR UPDATE OF j;
 -- shard_acquire reads the live schedulers and the leases, then takes its share: one at a time.
 SELECT pg_advisory_xact_lock(7243000001);
 
+-- name: sessions_end_stalled
+-- Sessions of this database and user inside a transaction, waiting for the rest of a pipeline
+-- from a client that has sent nothing for :after seconds (state_change is the start of its last
+-- statement): a frozen process's. Not a COPY, whose client may be slow for its own reasons.
+SELECT pid, pg_terminate_backend(pid)
+FROM pg_stat_activity
+WHERE datname = current_database() AND usename = current_user AND pid <> pg_backend_pid()
+  AND backend_type = 'client backend' AND state = 'active' AND wait_event = 'ClientRead'
+  AND xact_start IS NOT NULL
+  AND state_change < clock_timestamp() - make_interval(secs => :after)
+  AND query NOT ILIKE 'copy%';
+
 -- name: job_list
 SELECT * FROM jobs
 WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
