@@ -232,21 +232,35 @@ def check(
     dup_bound_ok = all(extra_by_pid[pid] <= held_by_pid[pid] for pid in by_pid)
 
     by_id = {run.id: run for run in runs}
+    blocker_jobs = {job.id for job in seen.jobs if job.policy == "blocks_loop"}
+    blocks = _loop_blocks(starts, ends, {run.id for run in runs if run.job_id in blocker_jobs})
     early = 0
     baseline: list[float] = []
+    latest: list[tuple[float, str, int, int]] = []  # baseline (delay, run, worker pid, shard)
     faulted: list[float] = []
+    behind_blocks: list[float] = []
     held = {eid for e in events for eid in e.held}
     for eid, lines in starts.items():
         run = by_id.get(eid)
         if run is None or eid in poison_runs:
             continue
         due = run.scheduled_for.timestamp()
-        delay = lines[0]["wall_ns"] / 1e9 - due
+        first = lines[0]
+        delay = first["wall_ns"] / 1e9 - due
         early += delay < -EARLY
         in_fault = eid in held or any(
             e.wall - LEAD <= due <= (e.ended or e.wall) + thresholds.fault_window for e in events
         )
-        (faulted if in_fault else baseline).append(delay)
+        if in_fault:
+            faulted.append(delay)
+        elif any(
+            pid == first["pid"] and began < first["wall"] and ended > due
+            for pid, began, ended in blocks
+        ):
+            behind_blocks.append(delay)
+        else:
+            baseline.append(delay)
+            latest.append((round(delay, 3), eid, first["pid"], run.shard))
 
     detect: list[float] = []
     release: list[float] = []
@@ -291,6 +305,8 @@ def check(
         "start_delay_p50": percentile(baseline, 0.5),
         "start_delay_p99": percentile(baseline, 0.99),
         "start_delay_max": max(baseline, default=0.0),
+        "behind_blocked_loop_runs": len(behind_blocks),
+        "behind_blocked_loop_delay_max": max(behind_blocks, default=0.0),
         "fault_window_runs": len(faulted),
         "fault_start_delay_p50": percentile(faulted, 0.5),
         "fault_start_delay_p99": percentile(faulted, 0.99),
@@ -315,6 +331,11 @@ def check(
         "early_starts": early == 0,
         "start_delay_p99": metrics["start_delay_p99"] <= thresholds.start_delay_p99,
     }
+    if blocks:
+        longest = max(ended - began for _, began, ended in blocks)
+        checks["behind_blocked_loop_delay_max"] = (
+            metrics["behind_blocked_loop_delay_max"] <= longest + thresholds.start_delay_p99
+        )
     if skewed:
         skew_found, skew_checks = skew_metrics(seen.entries, seen.timeline)
         metrics |= skew_found
@@ -354,6 +375,7 @@ def check(
         "unplanned": verdict.unplanned[:20],
         "unexplained_dups": unexplained[:20],
         "false_rescues": false_rescues[:20],
+        "latest_baseline_starts": sorted(latest, reverse=True)[:5],
     }
     return Report(scenario, seed, metrics, checks, {"details": details})
 
@@ -403,6 +425,23 @@ def _poison_metrics(database_url: str, poison_jobs: set[str], deaths: int) -> di
         "max_attempts": max_attempts,
         "poison_crash_bound": len(mine) * max_attempts,
     }
+
+
+def _loop_blocks(
+    starts: dict[str, list[dict[str, Any]]],
+    ends: dict[tuple[str, int], float],
+    blockers: set[str],
+) -> list[tuple[int, float, float]]:
+    """(pid, start, end) of every attempt of a run of ``blockers`` (a task that blocks its
+    worker's event loop) that ended. A run that worker had claimed and not yet started cannot
+    start until the loop answers again: its delay is the blocking task's, reported apart from the
+    baseline (bound: the block's length + the baseline's p99 bound)."""
+    return [
+        (line["pid"], line["wall"], ends[eid, line["fencing_token"]])
+        for eid in blockers
+        for line in starts.get(eid, [])
+        if (eid, line["fencing_token"]) in ends
+    ]
 
 
 def _dead_by_policy(

@@ -48,7 +48,9 @@ class SubmittedJob:
     """A cron job's cancel instant, as the API answered the DELETE."""
     policy: str | None = None
     """``"poison"``: a job whose task always fails; its run ends ``failed`` (dead-lettered) by
-    the attempts policy, a recorded final state, not a loss."""
+    the attempts policy, a recorded final state, not a loss. ``"blocks_loop"``: a job whose task
+    blocks its worker's event loop; the runs that worker holds unstarted meanwhile are late by
+    it, and the checker reports them apart from the baseline start delays."""
     expression: str = "* * * * * *"
     """A cron job's expression: one of ``CRON_PERIODS``."""
 

@@ -180,7 +180,9 @@ SCENARIOS = {
             specials=(
                 Special("work", {"duration": 3 * LEASE_TTL}, 20, (1.0, 12.0)),
                 Special("gil_hog", {"seconds": 3 * LEASE_TTL}, 3, (1.0, 12.0)),
-                Special("block_loop", {"seconds": LEASE_TTL + 1}, 3, (1.0, 12.0)),
+                Special(
+                    "block_loop", {"seconds": LEASE_TTL + 1}, 3, (1.0, 12.0), policy="blocks_loop"
+                ),
             ),
         ),
         load_seconds=35,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from onbeat.testing.postgres import fresh_schema
 from tests.faults import summary
-from tests.faults.checker import Report, percentile
+from tests.faults.checker import Report, _loop_blocks, percentile
 from tests.faults.nemesis import (
     PROCESS_FAULTS,
     FaultEvent,
@@ -170,3 +170,15 @@ def test_nemesis__a_fault_that_fails_to_inject_is_reported_and_the_plan_goes_on(
     assert [e.fault for e in nemesis.timeline] == ["works"]
     [error] = nemesis.errors
     assert "broken" in error and "connection timeout expired" in error
+
+
+def test_loop_blocks__every_ended_attempt_of_a_blocker_on_its_worker() -> None:
+    def line(pid: int, wall: float, token: int) -> dict[str, object]:
+        return {"pid": pid, "wall": wall, "fencing_token": token}
+
+    starts = {
+        "blocker": [line(7, 10.0, 1), line(8, 20.0, 2)],  # killed under the first, run again
+        "other": [line(7, 11.0, 1)],
+    }
+    ends = {("blocker", 2): 25.0, ("other", 1): 15.0}
+    assert _loop_blocks(starts, ends, {"blocker"}) == [(8, 20.0, 25.0)]
