@@ -272,7 +272,9 @@ def check(
             if entry["pid"] != event.pid and entry["wall"] > event.wall
         ]
         if again:
-            (release if event.fault == "kill -TERM" else detect).append(min(again))
+            # A worker a poison run took down within its grace released nothing: a crash's.
+            graceful = event.fault == "kill -TERM" and event.exit_code in (0, None)
+            (release if graceful else detect).append(min(again))
 
     fenced = _count_log_lines(seen.logs, FENCED_LOG_LINES)
     metrics: dict[str, Any] = {

@@ -60,6 +60,8 @@ class FaultEvent:
     taken over; S5/S6: the queue rebuilt, the store back); None: not measured, or never."""
     shards: list[int] = field(default_factory=list)
     """Shards the victim held when it was hit (a scheduler fault)."""
+    exit_code: int | None = None
+    """The victim's exit status, if it died (0: a ``kill -TERM``'s victim stopped gracefully)."""
 
     @property
     def kills(self) -> bool:

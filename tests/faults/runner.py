@@ -340,6 +340,10 @@ def _drive(
     phases.mark("cancel, drain")
     supervisor.stop()
     caused = {e.pid for e in nemesis.timeline}
+    exits = {r.died_pid: r.returncode for r in supervisor.restarts}
+    for event in nemesis.timeline:
+        event.exit_code = exits.get(event.pid)
+    nemesis.write(artifacts / "timeline.json")  # again, with the victims' exit statuses
     deaths = [
         FaultEvent(
             "died",

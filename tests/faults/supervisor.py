@@ -21,6 +21,8 @@ class Restart:
     new_pid: int
     died_at: float
     restarted_at: float
+    returncode: int
+    """The dead process's exit status (negative: the signal that ended it)."""
 
 
 class Supervisor:
@@ -70,5 +72,13 @@ class Supervisor:
                 with self._lock:
                     self.slots[slot] = new
                 self.restarts.append(
-                    Restart(slot, proc.role, proc.pid, new.pid, died_at, time.time())
+                    Restart(
+                        slot,
+                        proc.role,
+                        proc.pid,
+                        new.pid,
+                        died_at,
+                        time.time(),
+                        proc.process.returncode,
+                    )
                 )
