@@ -25,6 +25,7 @@ from tests.faults.checker import Observed, Report, Thresholds, check, query, rea
 from tests.faults.fleet import Fleet, PrivateRedis, private_redis, running_of
 from tests.faults.loadgen import AckLog, LoadGenerator, read_acks
 from tests.faults.nemesis import FaultEvent, Nemesis, ServiceFault
+from tests.faults.overdue_watch import OverdueWatch
 from tests.faults.postgres_cluster import PrivatePostgres, private_postgres
 from tests.faults.process import APP, FLEET_PYTHONPATH, read_ledger, wait_for_output, wait_until
 from tests.faults.scenarios import (
@@ -174,6 +175,10 @@ def _run_scenario(scenario: Scenario, seed: int, artifacts: Path, phases: Phases
         phases.mark("fleet start")
         context = FleetContext(fleet, supervisor, redis, schema_url, api, artifacts, postgres)
         services = scenario.services(context) if scenario.services else {}
+        overdue = OverdueWatch(schema_url, redis.url, artifacts / "overdue.jsonl")
+        overdue.start()
+        context.at_load_end.append(overdue.stop)
+        context.reporters.append(overdue.report)
         phases.mark("services")
         return _drive(
             scenario, seed, artifacts, api, schema_url, supervisor,
