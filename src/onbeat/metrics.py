@@ -96,6 +96,11 @@ class Metrics:
             "Times the event loop did not answer the watchdog in time.",
             registry=r,
         )
+        self.stalled_sessions_ended = Counter(
+            "onbeat_stalled_sessions_ended",
+            "Database sessions of frozen processes ended mid-transaction (their locks released).",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "onbeat_queue_depth",
             "Runs due and not yet started, by priority (the whole store: every scheduler reports "

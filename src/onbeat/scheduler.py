@@ -289,6 +289,7 @@ class Scheduler:
         """End the database sessions of frozen processes that hold locks mid-transaction; returns
         how many (see ``Store.session_end_stalled``)."""
         ended = await asyncio.to_thread(self.store.session_end_stalled)
+        self.metrics.stalled_sessions_ended.inc(ended)
         if ended:
             log.warning(
                 "ended %d database session(s) stalled inside a transaction (a frozen process's);"

@@ -115,10 +115,10 @@ class Store(Protocol):
         ...
 
     def session_end_stalled(self) -> int:
-        """End the database sessions (of this store's database and user) that have waited longer
-        than the store's idle-in-transaction timeout for their client in the middle of a statement sequence inside a
-        transaction, and return how many. Such a session belongs to a process frozen while it
-        sent a pipeline (``kill -STOP``, a VM pause): the server shows it ``active``, so its own
+        """End the database sessions (of this store's database and user) that have waited for
+        their client in the middle of a pipeline inside a transaction for longer than the store's
+        idle-in-transaction timeout, and return how many. Such a session belongs to a process
+        frozen while it sent the pipeline (``kill -STOP``, a VM pause): the server shows it ``active``, so its own
         idle-in-transaction timeout never ends it, and the row locks it holds (a scheduler's
         lease rows, the fleet's in-flight counter) would stall others until it thawed. Where
         sessions cannot stall so (SQLite: one process) it does nothing and returns 0.
