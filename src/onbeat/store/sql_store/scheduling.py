@@ -160,9 +160,7 @@ class SchedulingTransactions(LimitTransactions):
                     )
                 fires.append({"id": r["job_id"], "next_fire_at": to_us(head) if head else None})
             if fires:
-                c.execute(
-                    self._q["job_set_next_fire"], {"fires": json.dumps(fires), "now": now_us}
-                )
+                c.execute(self._q["job_set_next_fire"], {"fires": json.dumps(fires), "now": now_us})
         return out
 
     @retried
