@@ -9,7 +9,7 @@ UNBOUNDED_LABELS = {"job_id", "execution_id", "id", "key", "key_id", "path", "te
 
 def test_every_metric__is_named_by_convention_with_base_units() -> None:
     families = list(Metrics().registry.collect())
-    assert len(families) == 19
+    assert len(families) == 20
     for family in families:
         assert family.name.startswith("onbeat_"), family.name
         assert family.documentation, family.name

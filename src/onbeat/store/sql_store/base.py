@@ -196,8 +196,10 @@ class SQLBase:
     ) -> None:
         """``_plan_head`` from ``fire`` on, and record the result as the job's next fire time."""
         head = self._plan_head(c, job_id, shard, schedule, jitter, priority, fire)
-        fires = [{"id": job_id, "next_fire_at": to_us(head) if head else None}]
-        c.execute(self._q["job_set_next_fire"], {"fires": json.dumps(fires), "now": self._now_us()})
+        c.execute(
+            self._q["job_set_next_fire"],
+            {"id": job_id, "next_fire_at": to_us(head) if head else None, "now": self._now_us()},
+        )
 
     def _plan_head(
         self,
@@ -262,22 +264,26 @@ class SQLBase:
         fire time and trigger); returns the ids actually inserted."""
         if not planned_runs:
             return set()
-        rows = [
-            {
-                "id": run.id,
-                "job_id": job_id,
-                "shard": shard,
-                "trigger": run.trigger.value,
-                "scheduled_for": to_us(run.scheduled_for),
-                "due_at": to_us(run.due_at),
-                "status": run.status.value,
-                "priority": priority,
-                "reason": run.reason,
-                "catchup": run.catchup,
-            }
-            for job_id, shard, priority, run in planned_runs
-        ]
-        c.execute(self._q["execution_insert"], {"runs": json.dumps(rows), "now": self._now_us()})
+        now = self._now_us()
+        c.executemany(
+            self._q["execution_insert"],
+            [
+                {
+                    "id": run.id,
+                    "job_id": job_id,
+                    "shard": shard,
+                    "trigger": run.trigger.value,
+                    "scheduled_for": to_us(run.scheduled_for),
+                    "due_at": to_us(run.due_at),
+                    "status": run.status.value,
+                    "priority": priority,
+                    "reason": run.reason,
+                    "catchup": run.catchup,
+                    "now": now,
+                }
+                for job_id, shard, priority, run in planned_runs
+            ],
+        )
         ids = json.dumps([run.id for *_, run in planned_runs])
         inserted = {r[0] for r in c.execute(self._q["executions_existing"], {"ids": ids})}
         self._alert_skips(

@@ -73,11 +73,7 @@ UPDATE jobs SET status = :status, updated_at = :now WHERE id = :id;
 UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 
 -- name: job_set_next_fire
--- The next fire time of each job of :fires (a JSON array of {id, next_fire_at}), one statement
--- for a dispatch's batch: no pipeline of one UPDATE per job (their jobs are locked already).
-UPDATE jobs AS j SET next_fire_at = f.next_fire_at, updated_at = :now
-FROM jsonb_to_recordset(CAST(:fires AS jsonb)) AS f(id text, next_fire_at bigint)
-WHERE j.id = f.id;
+UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 
 -- name: job_complete_one_shot
 -- "Not paused, cancelled or completed" is "active", written so that it does not match a partial
@@ -88,24 +84,14 @@ WHERE j.id = t.id AND j.schedule_kind != 'cron'
   AND j.status NOT IN ('paused', 'cancelled', 'completed');
 
 -- name: execution_insert
--- Planned runs (:runs, a JSON array of runs' columns), one statement for a dispatch's batch.
--- Idempotent on (job_id, scheduled_for, trigger): two schedulers planning the same fire insert
--- one row, and a fire time already in the history is not planned again. That look-up is a
--- LATERAL with a LIMIT, so it stays one index probe per run (pruned to the run's day partition
--- while the statement runs): as NOT EXISTS, the planner may hash the whole history instead.
 INSERT INTO runs (id, job_id, shard, trigger, scheduled_for, due_at, status, priority, reason,
                    catchup, created_at, queued_at, finished_at)
-SELECT p.id, p.job_id, p.shard, p.trigger, p.scheduled_for, p.due_at, p.status, p.priority,
-       p.reason, p.catchup, :now, CASE WHEN p.status = 'queued' THEN :now END,
-       CASE WHEN p.status IN ('skipped', 'cancelled') THEN :now END
-FROM jsonb_to_recordset(CAST(:runs AS jsonb))
-     AS p(id text, job_id text, shard integer, trigger text, scheduled_for bigint, due_at bigint,
-          status text, priority integer, reason text, catchup boolean)
-LEFT JOIN LATERAL (SELECT 1 AS found FROM execution_history h
-                   WHERE h.job_id = p.job_id AND h.scheduled_for = p.scheduled_for
-                     AND h.trigger = p.trigger
-                   LIMIT 1) AS recorded ON true
-WHERE recorded.found IS NULL
+SELECT :id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
+       :reason, :catchup, :now, CASE WHEN CAST(:status AS text) = 'queued' THEN :now END,
+       CASE WHEN CAST(:status AS text) IN ('skipped', 'cancelled') THEN :now END
+WHERE NOT EXISTS (SELECT 1 FROM execution_history h
+                  WHERE h.job_id = :job_id AND h.scheduled_for = :scheduled_for
+                    AND h.trigger = :trigger)
 ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
 
 -- name: executions_existing

@@ -40,10 +40,7 @@ UPDATE jobs SET status = :status, updated_at = :now WHERE id = :id;
 UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 
 -- name: job_set_next_fire
--- The next fire time of each job of :fires (a JSON array of {id, next_fire_at}), one statement.
-UPDATE jobs SET next_fire_at = json_extract(f.value, '$.next_fire_at'), updated_at = :now
-FROM json_each(:fires) AS f
-WHERE jobs.id = json_extract(f.value, '$.id');
+UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 
 -- name: job_complete_one_shot
 -- A now/once job is done when its scheduled run reached a final state.
@@ -51,24 +48,15 @@ UPDATE jobs SET status = 'completed', updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND schedule_kind != 'cron' AND status = 'active';
 
 -- name: execution_insert
--- Planned runs (:runs, a JSON array of runs' columns), one statement. Idempotent on (job_id,
--- scheduled_for, trigger): two schedulers planning the same fire insert one row, and a fire time
--- already in the history is not planned again.
+-- Idempotent on (job_id, scheduled_for, trigger): two schedulers planning the same fire insert one row.
 INSERT INTO runs (id, job_id, shard, trigger, scheduled_for, due_at, status, priority, reason,
                    catchup, created_at, queued_at, finished_at)
-SELECT p.id, p.job_id, p.shard, p.trigger, p.scheduled_for, p.due_at, p.status, p.priority,
-       p.reason, p.catchup, :now, CASE WHEN p.status = 'queued' THEN :now END,
-       CASE WHEN p.status IN ('skipped', 'cancelled') THEN :now END
-FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.job_id') AS job_id,
-             json_extract(value, '$.shard') AS shard, json_extract(value, '$.trigger') AS trigger,
-             json_extract(value, '$.scheduled_for') AS scheduled_for,
-             json_extract(value, '$.due_at') AS due_at, json_extract(value, '$.status') AS status,
-             json_extract(value, '$.priority') AS priority,
-             json_extract(value, '$.reason') AS reason, json_extract(value, '$.catchup') AS catchup
-      FROM json_each(:runs)) AS p
+SELECT :id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
+       :reason, :catchup, :now, CASE WHEN :status = 'queued' THEN :now END,
+       CASE WHEN :status IN ('skipped', 'cancelled') THEN :now END
 WHERE NOT EXISTS (SELECT 1 FROM execution_history h
-                  WHERE h.job_id = p.job_id AND h.scheduled_for = p.scheduled_for
-                    AND h.trigger = p.trigger)
+                  WHERE h.job_id = :job_id AND h.scheduled_for = :scheduled_for
+                    AND h.trigger = :trigger)
 ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
 
 -- name: executions_existing
