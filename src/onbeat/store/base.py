@@ -118,10 +118,11 @@ class Store(Protocol):
         """End the database sessions (of this store's database and user) that have waited for
         their client in the middle of a pipeline inside a transaction for longer than the store's
         idle-in-transaction timeout, and return how many. Such a session belongs to a process
-        frozen while it sent the pipeline (``kill -STOP``, a VM pause): the server shows it ``active``, so its own
-        idle-in-transaction timeout never ends it, and the row locks it holds (a scheduler's
-        lease rows, the fleet's in-flight counter) would stall others until it thawed. Where
-        sessions cannot stall so (SQLite: one process) it does nothing and returns 0.
+        frozen while it sent the pipeline (``kill -STOP``, a VM pause): the server shows it
+        ``active``, so its own idle-in-transaction timeout never ends it, and the row locks it
+        holds (a scheduler's lease rows, the fleet's in-flight counter) would stall others until
+        it thawed. Where sessions cannot stall so (SQLite: one process) it does nothing and
+        returns 0.
 
         Concurrency: two callers may pick the same session; it is ended once, and both count it."""
         ...
