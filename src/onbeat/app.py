@@ -48,7 +48,10 @@ submitted through a process without the task's code): how late it sees a worker 
 with other defaults, or its ``task_ttl`` run out."""
 KEYS_EXIST_TTL = 1.0
 """Seconds this process keeps its answer to whether an active API key exists (asked on every
-request without a key): how late a key created by another process turns keyless access off."""
+request without a key), and an active key it found (asked on every request with one): how late a
+key created by another process turns keyless access off, and one revoked there stops working."""
+KNOWN_KEYS_MAX = 1024
+"""Active keys kept at most (each for ``KEYS_EXIST_TTL``); past it, all are forgotten."""
 
 
 class JobOptions(TypedDict, total=False):
@@ -104,6 +107,8 @@ class App:
         """Tasks read from the store's catalog, and until when (monotonic) they are kept."""
         self._keys_exist: tuple[bool, float] | None = None
         """Whether an active API key exists, and until when (monotonic) that answer holds."""
+        self._known_keys: dict[str, tuple[ApiKey, float]] = {}
+        """Active keys found by hash, and until when (monotonic) they are taken as active."""
         self._keys_generation = 0
         """Keys created or revoked through this App: an answer read across one is not kept."""
         self._keys_exist_lock = threading.Lock()
@@ -319,7 +324,7 @@ class App:
 
     def list_executions(
         self,
-        job_id: str,
+        job: str | Job,
         limit: int = 100,
         *,
         status: ExecutionStatus | None = None,
@@ -327,8 +332,13 @@ class App:
         tenant: str | None = None,
     ) -> list[Execution]:
         """The job's executions, newest fire time first, each with its attempts; ``before_id``
-        continues a page after that execution."""
-        self.get_job(job_id, tenant=tenant)
+        continues a page after that execution. ``job``: its id, or the job already read."""
+        if isinstance(job, Job):
+            if tenant is not None and job.tenant != tenant:
+                raise NotFoundError(f"job {job.id!r} not found")
+            job_id = job.id
+        else:
+            job_id = self.get_job(job, tenant=tenant).id
         validation.filters(before_id=before_id)
         return self.store.execution_list(job_id, status=status, before_id=before_id, limit=limit)
 
@@ -527,7 +537,33 @@ class App:
         return api_key, key
 
     def authenticate(self, key: str) -> ApiKey | None:
-        return self.store.api_key_by_hash(hash_key(key))
+        """The active key ``key`` is, or None. A key found is kept for ``KEYS_EXIST_TTL``: revoked
+        through this App it stops working at once; through another process, within that."""
+        digest = hash_key(key)
+        known = self._known_key(digest)
+        if known is not None:
+            return known
+        with self._keys_exist_lock:
+            generation = self._keys_generation
+        found = self.store.api_key_by_hash(digest)
+        if found is not None:
+            with self._keys_exist_lock:
+                if generation == self._keys_generation:
+                    if len(self._known_keys) >= KNOWN_KEYS_MAX:
+                        self._known_keys.clear()
+                    until = self.clock.monotonic() + KEYS_EXIST_TTL
+                    self._known_keys[digest] = (found, until)
+        return found
+
+    def authenticate_known(self, key: str) -> ApiKey | None:
+        """:meth:`authenticate` if it needs no store read (the key was found within
+        ``KEYS_EXIST_TTL``), else None: for an event loop, which must not block on the store."""
+        return self._known_key(hash_key(key))
+
+    def _known_key(self, digest: str) -> ApiKey | None:
+        with self._keys_exist_lock:
+            known = self._known_keys.get(digest)
+        return known[0] if known is not None and self.clock.monotonic() < known[1] else None
 
     def list_api_keys(self) -> list[ApiKey]:
         return self.store.api_key_list()
@@ -541,9 +577,17 @@ class App:
         """True if every request needs an API key: once an active key exists, and always on a
         node whose API serves a non-loopback address without ``insecure``, so that revoking its
         last key does not open it to anyone."""
+        known = self.auth_enabled_known()
+        return self.api_keys_exist() if known is None else known
+
+    def auth_enabled_known(self) -> bool | None:
+        """:meth:`auth_enabled` if it needs no store read, else None (see
+        :meth:`authenticate_known`)."""
         if not is_loopback(self.settings.host) and not self.settings.insecure:
             return True
-        return self.api_keys_exist()
+        with self._keys_exist_lock:
+            cached = self._keys_exist
+        return cached[0] if cached is not None and self.clock.monotonic() < cached[1] else None
 
     def api_keys_exist(self) -> bool:
         """Whether an active API key exists, read from the store at most once per
@@ -564,6 +608,7 @@ class App:
     def _forget_keys_exist(self) -> None:
         with self._keys_exist_lock:
             self._keys_exist = None
+            self._known_keys.clear()
             self._keys_generation += 1
 
     # --- async twins ------------------------------------------------------------------------

@@ -14,7 +14,9 @@ import pytest
 
 from onbeat import App
 from onbeat.api import create_app
+from onbeat.api.auth import resolve_caller, resolve_caller_known
 from onbeat.api.cursors import encode_cursor
+from onbeat.api.problems import ProblemError
 from onbeat.app import KEYS_EXIST_TTL
 from onbeat.auth import Role
 from onbeat.errors import StoreUnavailableError
@@ -161,6 +163,67 @@ async def test_key_created_by_another_process__no_key_is_401_within_the_ttl(
         assert_problem(await client.get("/jobs"), 401, "Authorization")
     app.close()
     elsewhere.close()
+
+
+async def test_key_revoked_by_another_process__401_within_the_ttl(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A key found is kept for KEYS_EXIST_TTL, not read on every request: revoked elsewhere
+    (`onbeat keys revoke`), it stops working within that time; revoked here, at once."""
+    url = f"sqlite:///{tmp_path / 'db'}"
+    app, elsewhere = App(url, clock=clock), App(url, clock=clock)
+    (first, first_secret), (second, second_secret) = (
+        app.create_api_key("acme", Role.WRITER) for _ in range(2)
+    )
+    async with _client(app) as client:
+        for secret in (first_secret, second_secret):
+            assert (await client.get("/jobs", headers=bearer(secret))).status_code == 200
+        elsewhere.revoke_api_key(first.id)
+        assert (await client.get("/jobs", headers=bearer(first_secret))).status_code == 200
+        clock.advance(KEYS_EXIST_TTL)
+        assert_problem(
+            await client.get("/jobs", headers=bearer(first_secret)), 401, "Authorization"
+        )
+        assert (await client.get("/jobs", headers=bearer(second_secret))).status_code == 200
+        app.revoke_api_key(second.id)
+        assert_problem(
+            await client.get("/jobs", headers=bearer(second_secret)), 401, "Authorization"
+        )
+    app.close()
+    elsewhere.close()
+
+
+def test_resolve_caller_known__reads_nothing_and_answers_only_what_it_knows(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event loop's check: None (go to a thread) until the answer was read, then the same
+    caller resolve_caller gives, with no store read; a malformed header is refused either way."""
+    app = App(f"sqlite:///{tmp_path / 'db'}", clock=clock)
+    assert resolve_caller_known(app, None) is None
+    assert resolve_caller(app, None).tenant is None
+    assert resolve_caller_known(app, None) == resolve_caller(app, None)
+    key, secret = app.create_api_key("acme", Role.READER)
+    assert resolve_caller_known(app, f"Bearer {secret}") is None
+    caller = resolve_caller(app, f"Bearer {secret}")
+    assert (caller.tenant, caller.role, caller.key_id) == ("acme", Role.READER, key.id)
+    assert resolve_caller_known(app, None) is None  # the key's creation made it unknown
+    with pytest.raises(ProblemError):
+        resolve_caller(app, None)
+
+    def no_read(*args: object) -> None:
+        raise AssertionError("the store was read")
+
+    monkeypatch.setattr(app.store, "api_key_by_hash", no_read)
+    monkeypatch.setattr(app.store, "api_key_count_active", no_read)
+    assert resolve_caller_known(app, f"Bearer {secret}") == caller
+    with pytest.raises(ProblemError) as refused:
+        resolve_caller_known(app, None)
+    assert refused.value.status == 401
+    with pytest.raises(ProblemError):
+        resolve_caller_known(app, "Basic abc")
+    clock.advance(KEYS_EXIST_TTL)
+    assert resolve_caller_known(app, f"Bearer {secret}") is None
+    app.close()
 
 
 def _client(app: App) -> httpx.AsyncClient:
