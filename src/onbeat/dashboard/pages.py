@@ -89,7 +89,7 @@ def job_page(request: Request, form: JobForm | None = None, status_code: int = 2
     job = onbeat.get_job(request.path_params["job_id"], tenant=tenant)
     now = onbeat.store.now()
     before = _execution_cursor(onbeat, job, request.query_params.get("before"), tenant)
-    found = onbeat.list_executions(job.id, EXECUTIONS_PAGE + 1, before_id=before, tenant=tenant)
+    found = onbeat.list_executions(job, EXECUTIONS_PAGE + 1, before_id=before, tenant=tenant)
     executions = found[:EXECUTIONS_PAGE]
     return dashboard.page(
         request,

@@ -209,7 +209,7 @@ def get_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> JobDetail:
     """The job's definition, its next fire times and its most recent executions (newest first),
     each with its attempts."""
     job = onbeat.get_job(job_id, tenant=caller.tenant)
-    recent = onbeat.list_executions(job_id, limit=RECENT_EXECUTIONS, tenant=caller.tenant)
+    recent = onbeat.list_executions(job, limit=RECENT_EXECUTIONS, tenant=caller.tenant)
     return job_detail(job, recent)
 
 
