@@ -169,8 +169,13 @@ class _Connection:
         return self._conn.execute(sql, parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Mapping[str, Any]], /) -> None:
+        """psycopg's ``executemany`` pipelines the batch and syncs at its end: for one row (a
+        single job created, a run finished alone) that costs a round trip and CPU more than a
+        plain ``execute`` (254 against 137 us, 59 against 40 us of CPU in a loop)."""
         batch = list(parameters)
-        if batch:
+        if len(batch) == 1:
+            self._conn.execute(sql, batch[0])
+        elif batch:
             with self._conn.cursor() as cursor:
                 cursor.executemany(sql, batch)
 

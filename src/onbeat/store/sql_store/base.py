@@ -258,10 +258,15 @@ class SQLBase:
         return self._insert_planned(c, [(job_id, shard, priority, run) for run in runs])
 
     def _insert_planned(
-        self, c: Connection, planned_runs: Sequence[tuple[str, int, int, PlannedExecution]]
+        self,
+        c: Connection,
+        planned_runs: Sequence[tuple[str, int, int, PlannedExecution]],
+        *,
+        new_jobs: bool = False,
     ) -> set[str]:
         """Insert (job_id, shard, priority, run) rows, ignoring runs that exist already (same job,
-        fire time and trigger); returns the ids actually inserted."""
+        fire time and trigger); returns the ids actually inserted. ``new_jobs``: the jobs were
+        inserted in this transaction, so no run of theirs exists and none is looked up."""
         if not planned_runs:
             return set()
         now = self._now_us()
@@ -284,8 +289,12 @@ class SQLBase:
                 for job_id, shard, priority, run in planned_runs
             ],
         )
-        ids = json.dumps([run.id for *_, run in planned_runs])
-        inserted = {r[0] for r in c.execute(self._q["executions_existing"], {"ids": ids})}
+        ids = [run.id for *_, run in planned_runs]
+        if new_jobs:
+            inserted = set(ids)
+        else:
+            found = c.execute(self._q["executions_existing"], {"ids": json.dumps(ids)})
+            inserted = {r[0] for r in found}
         self._alert_skips(
             c,
             [

@@ -135,7 +135,7 @@ class JobTransactions(SQLBase):
                     for job_id in created
                 ],
             )
-            self._insert_planned(c, firsts)
+            self._insert_planned(c, firsts, new_jobs=True)
             jobs_rows = c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
         jobs = {r["id"]: job_of(r) for r in jobs_rows}
         return [
