@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Query, Request, Response
+from pydantic import BaseModel
 
 from onbeat.api.cursors import MAX_CURSOR_LENGTH
 from onbeat.api.schemas import MAX_TEXT
@@ -55,3 +56,13 @@ def parse_instant(field: str, text: str) -> datetime:
         return parsed.astimezone(UTC)
     except OverflowError:
         raise ValidationError(field, "is out of range") from None
+
+
+def serialized(
+    model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """``model`` as a JSON response, serialized in the calling route's thread. A sync route that
+    returns a model has FastAPI validate and serialize it in another hand-off to a thread; under
+    load the hand-offs cost the API more CPU than the work (bench/README.md, W5). The route
+    keeps its ``response_model`` for the OpenAPI document."""
+    return Response(model.model_dump_json(), status_code, headers, "application/json")

@@ -18,6 +18,7 @@ from onbeat.api.deps import (
     OnbeatApp,
     Timestamp,
     parse_instant,
+    serialized,
 )
 from onbeat.api.problems import fields_renamed, problem_responses
 from onbeat.api.schemas import (
@@ -92,7 +93,6 @@ def create_job(
     onbeat: OnbeatApp,
     caller: CallerDep,
     request: Request,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -102,15 +102,15 @@ def create_job(
             json_schema_extra={"minLength": 1, "maxLength": validation.MAX_IDEMPOTENCY_KEY},
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     """Validate everything (task registered, schedule, zone, policies, params size), store the job
     (in the caller's tenant) and its first execution, and answer with the job and its next fire
     times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it."""
     created = _create(onbeat, body, caller.home_tenant, idempotency_key)
+    headers = {"Location": str(request.url_for("get_job", job_id=created.job.id))}
     if idempotency_key is not None:
-        response.headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
-    response.headers["Location"] = str(request.url_for("get_job", job_id=created.job.id))
-    return job_out(created.job)
+        headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
+    return serialized(job_out(created.job), 201, headers)
 
 
 @router.post(
@@ -124,7 +124,6 @@ def create_jobs(
     body: JobBatch,
     onbeat: OnbeatApp,
     caller: CallerDep,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -134,7 +133,7 @@ def create_jobs(
             json_schema_extra={"minLength": 1, "maxLength": MAX_BATCH_IDEMPOTENCY_KEY},
         ),
     ] = None,
-) -> JobBatchOut:
+) -> Response:
     """Validate every job as ``POST /jobs`` does, then store them all in one transaction: all
     of them, or (any one invalid, named by its index: ``jobs[3].schedule.expression``) none."""
     if idempotency_key is not None:
@@ -148,11 +147,12 @@ def create_jobs(
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
     created = onbeat.submit_many(news)
+    headers = {}
     if idempotency_key is not None:
         # All or none: a retry finds every job of the first request (or, if it never
         # committed, creates them all now).
-        response.headers["Idempotent-Replayed"] = "true" if created[0].replayed else "false"
-    return JobBatchOut(items=[job_out(c.job) for c in created])
+        headers["Idempotent-Replayed"] = "true" if created[0].replayed else "false"
+    return serialized(JobBatchOut(items=[job_out(c.job) for c in created]), 201, headers)
 
 
 def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
@@ -205,12 +205,12 @@ def _schedule_args(schedule: ScheduleIn) -> tuple[str | None, str | None]:
 
 # --- read -------------------------------------------------------------------------------------
 @router.get("/{job_id}", response_model=JobDetail, responses=_READ, summary="Get a job")
-def get_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> JobDetail:
+def get_job(job_id: str, onbeat: OnbeatApp, caller: CallerDep) -> Response:
     """The job's definition, its next fire times and its most recent executions (newest first),
     each with its attempts."""
     job = onbeat.get_job(job_id, tenant=caller.tenant)
     recent = onbeat.list_executions(job, limit=RECENT_EXECUTIONS, tenant=caller.tenant)
-    return job_detail(job, recent)
+    return serialized(job_detail(job, recent))
 
 
 @router.get("", response_model=JobPage, responses=_READ, summary="List jobs")
