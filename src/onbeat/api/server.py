@@ -8,10 +8,15 @@ import socket
 from collections.abc import Iterator
 
 import uvicorn
+from anyio import to_thread
 
 from onbeat.api.app import create_app
 from onbeat.app import App
 from onbeat.metrics import Metrics
+
+ROUTE_THREADS = 8
+"""Requests served at once by sync routes: one per connection of the PostgreSQL store's pool
+(``onbeat.store.postgres.POOL_SIZE``, not imported: an embedded node does not load psycopg)."""
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -55,6 +60,10 @@ async def serve_api(
         timeout_graceful_shutdown=max(1, round(onbeat_app.settings.shutdown_grace)),
     )
     server = _EmbeddedServer(config, ready)
+    # Sync routes (and key checks not known yet) run in AnyIO's threads. Its default of 40 lets
+    # 32 connections' requests all run at once, to queue for the store's connections and the
+    # GIL; as many threads as pooled connections answered more requests for less CPU (W5).
+    to_thread.current_default_thread_limiter().total_tokens = ROUTE_THREADS
 
     async def exit_on_stop(event: asyncio.Event) -> None:
         await event.wait()
