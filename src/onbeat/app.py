@@ -111,7 +111,7 @@ class App:
         """Active keys found by hash, and until when (monotonic) they are taken as active."""
         self._keys_generation = 0
         """Keys created or revoked through this App: an answer read across one is not kept."""
-        self._keys_exist_lock = threading.Lock()
+        self._keys_lock = threading.Lock()
 
     @property
     def store(self) -> Store:
@@ -543,11 +543,11 @@ class App:
         known = self._known_key(digest)
         if known is not None:
             return known
-        with self._keys_exist_lock:
+        with self._keys_lock:
             generation = self._keys_generation
         found = self.store.api_key_by_hash(digest)
         if found is not None:
-            with self._keys_exist_lock:
+            with self._keys_lock:
                 if generation == self._keys_generation:
                     if len(self._known_keys) >= KNOWN_KEYS_MAX:
                         self._known_keys.clear()
@@ -561,7 +561,7 @@ class App:
         return self._known_key(hash_key(key))
 
     def _known_key(self, digest: str) -> ApiKey | None:
-        with self._keys_exist_lock:
+        with self._keys_lock:
             known = self._known_keys.get(digest)
         return known[0] if known is not None and self.clock.monotonic() < known[1] else None
 
@@ -585,7 +585,7 @@ class App:
         :meth:`authenticate_known`)."""
         if not is_loopback(self.settings.host) and not self.settings.insecure:
             return True
-        with self._keys_exist_lock:
+        with self._keys_lock:
             cached = self._keys_exist
         return cached[0] if cached is not None and self.clock.monotonic() < cached[1] else None
 
@@ -594,19 +594,19 @@ class App:
         ``KEYS_EXIST_TTL`` seconds: every request without a key asks. A key created or revoked
         through this App counts at once; through another process (``onbeat keys``), within
         ``KEYS_EXIST_TTL``."""
-        with self._keys_exist_lock:
+        with self._keys_lock:
             cached, generation = self._keys_exist, self._keys_generation
         now = self.clock.monotonic()
         if cached is not None and now < cached[1]:
             return cached[0]
         exist = self.store.api_key_count_active() > 0
-        with self._keys_exist_lock:
+        with self._keys_lock:
             if generation == self._keys_generation:  # no key was created or revoked meanwhile
                 self._keys_exist = (exist, now + KEYS_EXIST_TTL)
         return exist
 
     def _forget_keys_exist(self) -> None:
-        with self._keys_exist_lock:
+        with self._keys_lock:
             self._keys_exist = None
             self._known_keys.clear()
             self._keys_generation += 1

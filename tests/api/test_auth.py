@@ -19,7 +19,7 @@ from onbeat.api.cursors import encode_cursor
 from onbeat.api.problems import ProblemError
 from onbeat.app import KEYS_EXIST_TTL
 from onbeat.auth import Role
-from onbeat.errors import StoreUnavailableError
+from onbeat.errors import NotFoundError, StoreUnavailableError
 from onbeat.testing import FakeClock
 from tests.api.authz import (
     PUBLIC,
@@ -224,6 +224,17 @@ def test_resolve_caller_known__reads_nothing_and_answers_only_what_it_knows(
     clock.advance(KEYS_EXIST_TTL)
     assert resolve_caller_known(app, f"Bearer {secret}") is None
     app.close()
+
+
+def test_list_executions__of_a_job_already_read_is_scoped_to_the_tenant(
+    onbeat_app: App, rows: World
+) -> None:
+    """The job read first (GET /jobs/{id}, the dashboard) is still checked against the tenant."""
+    rival_job = onbeat_app.get_job(rows.rival.ids["job_id"])
+    assert onbeat_app.list_executions(rival_job, tenant="rival")
+    assert onbeat_app.list_executions(rival_job) == onbeat_app.list_executions(rival_job.id)
+    with pytest.raises(NotFoundError):
+        onbeat_app.list_executions(rival_job, tenant="acme")
 
 
 def _client(app: App) -> httpx.AsyncClient:
