@@ -15,7 +15,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 from onbeat import validation
 from onbeat.audit import AuditReport, audit
-from onbeat.auth import DEFAULT_TENANT, ApiKey, Role, hash_key, is_loopback, new_key
+from onbeat.auth import DEFAULT_TENANT, ApiKey, KeyCache, Role, hash_key, is_loopback, new_key
 from onbeat.clock import Clock, StoreClock
 from onbeat.errors import NotFoundError, OnbeatError, TaskNotFoundError, ValidationError
 from onbeat.limits import (
@@ -46,12 +46,6 @@ PUBLISHED_TASK_TTL = 5.0
 """Seconds this process keeps a task it read from the store's catalog (read for every job
 submitted through a process without the task's code): how late it sees a worker publish the task
 with other defaults, or its ``task_ttl`` run out."""
-KEYS_EXIST_TTL = 1.0
-"""Seconds this process keeps its answer to whether an active API key exists (asked on every
-request without a key), and an active key it found (asked on every request with one): how late a
-key created by another process turns keyless access off, and one revoked there stops working."""
-KNOWN_KEYS_MAX = 1024
-"""Active keys kept at most (each for ``KEYS_EXIST_TTL``); past it, all are forgotten."""
 
 
 class JobOptions(TypedDict, total=False):
@@ -105,13 +99,7 @@ class App:
         self._submit_listeners: list[Callable[[], None]] = []
         self._published: dict[str, tuple[PublishedTask, float]] = {}
         """Tasks read from the store's catalog, and until when (monotonic) they are kept."""
-        self._keys_exist: tuple[bool, float] | None = None
-        """Whether an active API key exists, and until when (monotonic) that answer holds."""
-        self._known_keys: dict[str, tuple[ApiKey, float]] = {}
-        """Active keys found by hash, and until when (monotonic) they are taken as active."""
-        self._keys_generation = 0
-        """Keys created or revoked through this App: an answer read across one is not kept."""
-        self._keys_lock = threading.Lock()
+        self._keys = KeyCache(lambda: self.clock.monotonic())
 
     @property
     def store(self) -> Store:
@@ -533,37 +521,26 @@ class App:
             self.store.now(),
         )
         self.store.api_key_insert(api_key, hash_key(key))
-        self._forget_keys_exist()
+        self._keys.forget()
         return api_key, key
 
     def authenticate(self, key: str) -> ApiKey | None:
         """The active key ``key`` is, or None. A key found is kept for ``KEYS_EXIST_TTL``: revoked
         through this App it stops working at once; through another process, within that."""
         digest = hash_key(key)
-        known = self._known_key(digest)
+        known = self._keys.key(digest)
         if known is not None:
             return known
-        with self._keys_lock:
-            generation = self._keys_generation
+        generation = self._keys.generation
         found = self.store.api_key_by_hash(digest)
         if found is not None:
-            with self._keys_lock:
-                if generation == self._keys_generation:
-                    if len(self._known_keys) >= KNOWN_KEYS_MAX:
-                        self._known_keys.clear()
-                    until = self.clock.monotonic() + KEYS_EXIST_TTL
-                    self._known_keys[digest] = (found, until)
+            self._keys.remember_key(digest, found, generation)
         return found
 
     def authenticate_known(self, key: str) -> ApiKey | None:
         """:meth:`authenticate` if it needs no store read (the key was found within
         ``KEYS_EXIST_TTL``), else None: for an event loop, which must not block on the store."""
-        return self._known_key(hash_key(key))
-
-    def _known_key(self, digest: str) -> ApiKey | None:
-        with self._keys_lock:
-            known = self._known_keys.get(digest)
-        return known[0] if known is not None and self.clock.monotonic() < known[1] else None
+        return self._keys.key(hash_key(key))
 
     def list_api_keys(self) -> list[ApiKey]:
         return self.store.api_key_list()
@@ -571,7 +548,7 @@ class App:
     def revoke_api_key(self, key_id: str) -> None:
         if not validation.storable(key_id) or not self.store.api_key_revoke(key_id):
             raise NotFoundError(f"active API key {key_id!r} not found")
-        self._forget_keys_exist()
+        self._keys.forget()
 
     def auth_enabled(self) -> bool:
         """True if every request needs an API key: once an active key exists, and always on a
@@ -585,31 +562,20 @@ class App:
         :meth:`authenticate_known`)."""
         if not is_loopback(self.settings.host) and not self.settings.insecure:
             return True
-        with self._keys_lock:
-            cached = self._keys_exist
-        return cached[0] if cached is not None and self.clock.monotonic() < cached[1] else None
+        return self._keys.exist()
 
     def api_keys_exist(self) -> bool:
         """Whether an active API key exists, read from the store at most once per
         ``KEYS_EXIST_TTL`` seconds: every request without a key asks. A key created or revoked
         through this App counts at once; through another process (``onbeat keys``), within
         ``KEYS_EXIST_TTL``."""
-        with self._keys_lock:
-            cached, generation = self._keys_exist, self._keys_generation
-        now = self.clock.monotonic()
-        if cached is not None and now < cached[1]:
-            return cached[0]
+        known = self._keys.exist()
+        if known is not None:
+            return known
+        generation = self._keys.generation
         exist = self.store.api_key_count_active() > 0
-        with self._keys_lock:
-            if generation == self._keys_generation:  # no key was created or revoked meanwhile
-                self._keys_exist = (exist, now + KEYS_EXIST_TTL)
+        self._keys.remember_exist(exist, generation)
         return exist
-
-    def _forget_keys_exist(self) -> None:
-        with self._keys_lock:
-            self._keys_exist = None
-            self._known_keys.clear()
-            self._keys_generation += 1
 
     # --- async twins ------------------------------------------------------------------------
     async def aschedule(self, task_name: str, **kwargs: Any) -> Job:

@@ -17,8 +17,7 @@ from onbeat.api import create_app
 from onbeat.api.auth import resolve_caller, resolve_caller_known
 from onbeat.api.cursors import encode_cursor
 from onbeat.api.problems import ProblemError
-from onbeat.app import KEYS_EXIST_TTL
-from onbeat.auth import Role
+from onbeat.auth import KEYS_EXIST_TTL, Role
 from onbeat.errors import NotFoundError, StoreUnavailableError
 from onbeat.testing import FakeClock
 from tests.api.authz import (
