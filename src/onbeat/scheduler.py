@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from onbeat.alerts import AlertSender
@@ -54,6 +54,18 @@ MAX_ERROR_BACKOFF = 5.0
 
 REAP_BATCH = 1000
 """Most expired leases one reap transaction handles; a pass goes on until it finds fewer."""
+
+
+def shard_ranges(shards: Iterable[int]) -> str:
+    """``0-511, 700, 702-703``: a set of shards as a log line can show it (a first scheduler
+    takes all 1,024)."""
+    spans: list[list[int]] = []
+    for shard in sorted(shards):
+        if spans and shard == spans[-1][1] + 1:
+            spans[-1][1] = shard
+        else:
+            spans.append([shard, shard])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def process_name(role: str) -> str:
@@ -138,7 +150,7 @@ class Scheduler:
         if self.leases.acquired:
             self.stats.shards_taken += len(self.leases.acquired)
             self.metrics.shard_takeovers.inc(len(self.leases.acquired))
-            log.info("%s took shards %s", self.owner, sorted(self.leases.acquired))
+            log.info("%s took shards %s", self.owner, shard_ranges(self.leases.acquired))
             # A shard's previous owner may have queued runs into a queue that has since lost them
             # (an in-process queue dies with its process): the sweep loop checks all of them at
             # once. Not in this pass: renewing must not wait for a sweep of many shards, or the

@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 
 from onbeat.logs import configure_logging
+from onbeat.scheduler import shard_ranges
 from onbeat.store.postgres import QuietPoolReconnects
 
 
@@ -102,3 +103,18 @@ def test_pool_reconnect_warnings__first_then_one_per_interval_with_the_count() -
         "psycopg.pool", logging.WARNING, __file__, 1, "discarding %s", ("x",), None
     )
     assert quiet.filter(other)
+
+
+@pytest.mark.parametrize(
+    ("shards", "shown"),
+    [
+        (range(1024), "0-1023"),
+        ({700, 3, 702, 703, 4, 5}, "3-5, 700, 702-703"),
+        ({9}, "9"),
+        (set(), ""),
+    ],
+)
+def test_shard_ranges__a_scheduler_log_line_shows_runs_of_shards_as_ranges(
+    shards: Iterable[int], shown: str
+) -> None:
+    assert shard_ranges(shards) == shown
