@@ -180,29 +180,6 @@ class _Connection:
                 cursor.executemany(sql, batch)
 
 
-class RestartGrace:
-    """When the server became reachable again after a restart, as this process saw it.
-
-    ``pg_postmaster_start_time()`` is when the server started, not when it accepted connections:
-    after a crash (``stop -m immediate``) it replays WAL first (N1, 2026-12-01 20:00: 4.3 s, a
-    run lease TTL), so a grace counted from the start was over before any worker could renew its
-    leases, and the reaper rescued 15 healthy runs. So the grace also runs from the first time
-    this process reached the server after seeing it start again: workers reconnect then too. A
-    process that first reaches the server has seen no restart and holds nothing back (the
-    statement's own test of the start time still applies)."""
-
-    def __init__(self) -> None:
-        self._seen: tuple[datetime, float] | None = None
-        """The server start time last seen, and when (monotonic) a new one was first seen."""
-
-    def held(self, started: datetime, now: float, grace: float) -> bool:
-        if self._seen is None:
-            self._seen = (started, -math.inf)
-        elif self._seen[0] != started:
-            self._seen = (started, now)
-        return now < self._seen[1] + grace
-
-
 IDLE_IN_TRANSACTION_TIMEOUT = 2.0
 """Seconds the server lets a session of ours sit idle inside a transaction before ending it. Our
 transactions send their statements back to back (milliseconds); a session idle that long in one
@@ -240,7 +217,6 @@ class PostgresStore(SQLStore):
         self._clock_lock = threading.Lock()
         self._server_anchor: tuple[float, datetime] | None = None
         self._resyncing = False
-        self._restart_grace = RestartGrace()
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=1,
@@ -457,11 +433,6 @@ class PostgresStore(SQLStore):
         log.warning("the store accepts writes again")
         self._write_refused = None
         return None
-
-    def _reap_held(self, c: Connection, restart_grace: float) -> bool:
-        row = c.execute("SELECT pg_postmaster_start_time()").fetchone()
-        assert row is not None
-        return self._restart_grace.held(row[0], time.monotonic(), restart_grace)
 
     def session_end_stalled(self) -> int:
         """The same bound as the server's ``idle_in_transaction_session_timeout`` on our idle

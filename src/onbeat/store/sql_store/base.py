@@ -144,11 +144,6 @@ class SQLBase:
     def now(self) -> datetime:
         raise NotImplementedError
 
-    def _reap_held(self, c: Connection, restart_grace: float) -> bool:
-        """Whether reaping waits longer after a server restart than the statement's own test of
-        the server's start time lets it (PostgreSQL: see ``RestartGrace``). Asked every pass."""
-        return False
-
     def _now_us(self) -> int:
         return to_us(self.now())
 
