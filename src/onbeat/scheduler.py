@@ -246,7 +246,7 @@ class Scheduler:
         # of one 2 s before it got back). One round trip first tells; the holders then get a
         # lease TTL from the moment the store answered, not from the failure.
         began = self.clock.monotonic()
-        await asyncio.to_thread(self.store.now)
+        await asyncio.to_thread(self.store.ping)
         got_through = self.clock.monotonic()
         waited = got_through - began >= self.settings.lease_ttl / 2
         if waited or self._store_failed_at > self._store_back_at:

@@ -131,3 +131,19 @@ async def test_table_queue__back_within_a_second_or_two_of_its_server(
                 assert back_at - returned_at < BACK_WITHIN
             finally:
                 await queue.close()
+
+
+def test_store__ping_fails_while_the_server_is_away_and_now_does_not(
+    gated_store: tuple[PostgresStore, TcpGate],
+) -> None:
+    """The reaper's first round trip after an outage is ``ping``: ``now`` carries the server's
+    time forward without asking it, so it answered during N1's PostgreSQL crash and the reaper's
+    lease TTL of grace ran out before the server was back (15 healthy runs rescued)."""
+    store, gate = gated_store
+    store.ping()
+    gate.shut()
+    with pytest.raises(StoreUnavailableError):
+        store.ping()
+    store.now()  # carried forward: no round trip
+    gate.open()
+    _first_success_after(store.ping, StoreUnavailableError)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -190,15 +189,15 @@ async def test_rescue__no_reap_by_a_pass_that_waited_to_reach_the_store(
     in, before they could reconnect: their outcomes were refused and every run ran twice."""
     settings = node.app.settings
     await _claimed_by_a_holder(node, 1)
-    now = node.app.store.now
+    ping = node.app.store.ping
 
-    def waited() -> datetime:
+    def waited() -> None:
         node.clock.advance(settings.lease_ttl + 1)  # got through after the leases ran out
-        return now()
+        ping()
 
-    monkeypatch.setattr(node.app.store, "now", waited)
+    monkeypatch.setattr(node.app.store, "ping", waited)
     assert await node.scheduler.reap() == 0  # the holder is reconnecting too
-    monkeypatch.setattr(node.app.store, "now", now)
+    monkeypatch.setattr(node.app.store, "ping", ping)
     node.clock.advance(settings.lease_ttl - 1)
     assert await node.scheduler.reap() == 0
     node.clock.advance(1)
@@ -215,12 +214,12 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_the_first_round_trip_after_
     holders get a lease TTL from the moment the store answers again."""
     settings = node.app.settings
     await _claimed_by_a_holder(node, 2)
-    now = node.app.store.now
+    ping = node.app.store.ping
 
-    def down() -> datetime:
+    def down() -> None:
         raise StoreUnavailableError("the database is down (test)")
 
-    monkeypatch.setattr(node.app.store, "now", down)
+    monkeypatch.setattr(node.app.store, "ping", down)
     stop = asyncio.Event()
     passes = asyncio.create_task(
         node.scheduler._every(settings.reap_interval, node.scheduler.reap, stop)
@@ -228,7 +227,7 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_the_first_round_trip_after_
     await node.clock.until_sleeping()  # its pass found the store down
     stop.set()
     await asyncio.wait_for(passes, 5)
-    monkeypatch.setattr(node.app.store, "now", now)
+    monkeypatch.setattr(node.app.store, "ping", ping)
     node.clock.advance(settings.lease_ttl + 1)  # down past the leases; the first pass gets in
     assert await node.scheduler.reap() == 0  # the holder may be reconnecting still
     node.clock.advance(settings.lease_ttl - 1)

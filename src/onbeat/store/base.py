@@ -96,6 +96,13 @@ class Store(Protocol):
         """Concurrency: closes this object's own connections; other stores on the database go on."""
         ...
 
+    def ping(self) -> None:
+        """One round trip to the store; StoreUnavailableError if it cannot be reached. (``now``
+        is no such test: PostgreSQL's carries the server's time forward without asking it.)
+
+        Concurrency: reads nothing."""
+        ...
+
     def now(self) -> datetime:
         """The store's clock (the database server's time where it has one).
 
