@@ -434,10 +434,6 @@ class PostgresStore(SQLStore):
         self._write_refused = None
         return None
 
-    def ping(self) -> None:
-        with self._read() as c:
-            c.execute("SELECT 1")
-
     def session_end_stalled(self) -> int:
         """The same bound as the server's ``idle_in_transaction_session_timeout`` on our idle
         sessions, for the ones it cannot see as idle."""

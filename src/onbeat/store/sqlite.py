@@ -114,10 +114,6 @@ class SQLiteStore(SQLStore):
         """Nothing to end: the file's locks are this process's."""
         return 0
 
-    def ping(self) -> None:
-        with self._read() as c:
-            c.execute("SELECT 1")
-
     def write_refusal(self) -> str | None:
         if self._write_refused is None:
             return None  # nothing was refused: no need to touch the disk

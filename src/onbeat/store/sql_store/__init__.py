@@ -35,3 +35,7 @@ class SQLStore(
     HistoryTransactions,
 ):
     """The transactions of ``Store`` over a backend's named statements (``_q``)."""
+
+    def ping(self) -> None:
+        with self._read() as c:
+            c.execute("SELECT 1")
