@@ -55,6 +55,14 @@ def _sweep_all(store: Store, limit: int, overdue_by: float | None = None) -> lis
 class RecoveryContract:
     """Reap and sweep behaviour every ``Store`` backend owes; see the module docstring."""
 
+    # -- ping: the reaper's round trip after an outage ---------------------------------------------
+
+    def test_ping__answers_and_changes_nothing(self, store: Store, clock: FakeClock) -> None:
+        job = store.job_create(_new()).job
+        before = store.execution_list(job.id, limit=10)
+        store.ping()
+        assert store.execution_list(job.id, limit=10) == before
+
     # -- execution_reap: in every shard, conditional on the lease -------------------------------
 
     def test_execution_reap__in_shards_other_schedulers_hold(
