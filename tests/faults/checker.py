@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from tests.faults.clocks import CLOCK_FAULT, on_harness_clock, skew_metrics
+from tests.faults.clocks import CLOCK_FAULT, on_harness_clock, read_clock_probes, skew_metrics
 from tests.faults.nemesis import FaultEvent
 from tests.faults.oracle import RunRecord, SubmittedJob, _from_micros, judge
 
@@ -351,7 +351,8 @@ def check(
             metrics["behind_blocked_loop_delay_max"] <= longest + thresholds.start_delay_p99
         )
     if skewed:
-        skew_found, skew_checks = skew_metrics(seen.entries, seen.timeline)
+        probes = read_clock_probes(seen.logs) if seen.logs else {}
+        skew_found, skew_checks = skew_metrics(seen.entries, probes, seen.timeline)
         metrics |= skew_found
         checks |= skew_checks
     if thresholds.t_detect is not None and detect:

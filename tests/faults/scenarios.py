@@ -217,9 +217,11 @@ SCENARIOS = {
     "S7": Scenario(
         "S7",
         "clock skew and jumps: one scheduler and one worker under libfaketime, their wall clock"
-        " +30 s, -30 s, +1 h, -1 h for 5 s each (monotonic clock real), after a +0 baseline",
+        " +30 s, -30 s, +1 h, -1 h for 5 s each (monotonic clock real), after a +0 baseline;"
+        " two workers, so the skewed one runs a fair share (of four it lost most claim races)",
         Workload(batches=40, batch=50, pace=1.2, due_within=(1.0, 5.0), crons=100),
         load_seconds=PLAN_SECONDS,
+        workers=2,
         plan=skew_plan,
         services=clock_faults,
         process_env=skewed_env,
