@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -142,33 +144,84 @@ def test_a_frozen_transaction_releases_its_locks_within_the_idle_timeout(url: st
         other.close()
 
 
-def test_session_end_stalled__ends_a_session_frozen_mid_pipeline_and_its_locks_go(url: str) -> None:
+SHARD_MAP_LOCK = 7243000001
+
+
+def _freeze_mid_pipeline(url: str, statement: bytes) -> psycopg.Connection[Any]:
+    """A session that opened a transaction, sent ``statement`` in a pipeline and froze before
+    the pipeline's Sync: the server shows it ``active``, waiting for its client."""
+    frozen = psycopg.connect(url)
+    frozen.execute("SELECT 1")  # BEGIN: a transaction is open
+    frozen.pgconn.enter_pipeline_mode()
+    frozen.pgconn.send_query_params(statement, None)
+    frozen.pgconn.flush()
+    return frozen
+
+
+@pytest.mark.parametrize(
+    ("statement", "lock_is_free"),
+    [
+        (
+            b"SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE",
+            "SELECT true FROM tenant_usage WHERE tenant = '' FOR UPDATE",
+        ),
+        (
+            b"SELECT pg_advisory_xact_lock(%d)" % SHARD_MAP_LOCK,
+            f"SELECT pg_try_advisory_xact_lock({SHARD_MAP_LOCK})",
+        ),
+    ],
+    ids=["row lock", "shard map lock"],
+)
+def test_session_end_stalled__ends_a_session_frozen_mid_pipeline_and_its_locks_go(
+    url: str, statement: bytes, lock_is_free: str
+) -> None:
     """Found by the fault suite's S4 (and open since): a scheduler stopped while psycopg sent a
     pipelined ``executemany`` inside its dispatch kept its lease rows locked for as long as it was
     frozen. The server shows such a session ``active`` (it waits for the rest of the pipeline),
     so its idle-in-transaction timeout never fires; ``session_end_stalled`` ends it."""
     store = PostgresStore(url)
-    frozen = psycopg.connect(url)
+    frozen = _freeze_mid_pipeline(url, statement)
     try:
-        frozen.execute("SELECT 1")  # BEGIN: a transaction is open
-        pipeline = frozen.pgconn
-        pipeline.enter_pipeline_mode()
-        pipeline.send_query_params(b"SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE", None)
-        pipeline.flush()  # ... and the process freezes before the pipeline's Sync
         began = time.monotonic()
         assert store.session_end_stalled() == 0, "ended before it had stalled for long"
         ended = 0
         while not ended and time.monotonic() - began < TIMEOUT + 3:
             ended = store.session_end_stalled()
         took = time.monotonic() - began
-        with psycopg.connect(url, autocommit=True) as waiter:
+        with psycopg.connect(url) as waiter:
             waiter.execute("SET lock_timeout = '1s'")  # the lock is free: no wait
-            waiter.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
+            assert waiter.execute(lock_is_free).fetchone() == (True,)
         assert ended == 1
         assert TIMEOUT - 0.5 < took < TIMEOUT + 3
     finally:
         frozen.pgconn.finish()
         store.close()
+
+
+def test_session_end_stalled__leaves_another_applications_stalled_session_alone(url: str) -> None:
+    """A session of the same database and user that holds no lock of onbeat's (here, a row of
+    another schema's table) is not onbeat's to end, however long it has waited for its client."""
+    store = PostgresStore(url)
+    other_schema = f"other_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {other_schema}")
+        admin.execute(f"CREATE TABLE {other_schema}.orders AS SELECT 1 AS id")
+    frozen = _freeze_mid_pipeline(url, f"SELECT * FROM {other_schema}.orders FOR UPDATE".encode())
+    try:
+        began = time.monotonic()
+        while time.monotonic() - began < TIMEOUT + 1.5:  # past the bound, on the server's clock
+            assert store.session_end_stalled() == 0
+            time.sleep(0.1)
+        with psycopg.connect(url, autocommit=True) as observer:
+            alive = observer.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (frozen.pgconn.backend_pid,)
+            ).fetchone()
+        assert alive == (1,), "another application's session was ended"
+    finally:
+        frozen.pgconn.finish()
+        store.close()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {other_schema} CASCADE")
 
 
 def test_session_end_stalled__leaves_busy_and_idle_sessions_alone(url: str) -> None:

@@ -122,7 +122,8 @@ class Store(Protocol):
         ...
 
     def session_end_stalled(self) -> int:
-        """End the database sessions (of this store's database and user) that have waited for
+        """End onbeat's database sessions (of this store's database, user and schema: holding a
+        lock on one of its tables or one of onbeat's advisory locks) that have waited for
         their client in the middle of a pipeline inside a transaction for longer than the store's
         idle-in-transaction timeout, and return how many. Such a session belongs to a process
         frozen while it sent the pipeline (``kill -STOP``, a VM pause): the server shows it

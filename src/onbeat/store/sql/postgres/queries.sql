@@ -39,14 +39,25 @@ SELECT pg_advisory_xact_lock(7243000001);
 -- name: sessions_end_stalled
 -- Sessions of this database and user inside a transaction, waiting for the rest of a pipeline
 -- from a client that has sent nothing for :after seconds (state_change is the start of its last
--- statement): a frozen process's. Not a COPY, whose client may be slow for its own reasons.
-SELECT pid, pg_terminate_backend(pid)
-FROM pg_stat_activity
-WHERE datname = current_database() AND usename = current_user AND pid <> pg_backend_pid()
-  AND backend_type = 'client backend' AND state = 'active' AND wait_event = 'ClientRead'
-  AND xact_start IS NOT NULL
-  AND state_change < clock_timestamp() - make_interval(secs => :after)
-  AND query NOT ILIKE 'copy%';
+-- statement): a frozen process's. Not a COPY, whose client may be slow for its own reasons. Only
+-- onbeat's: a session holding a lock on a table of this schema or one of onbeat's advisory locks
+-- (the two keys above; pg_locks splits a bigint key into classid, its high half, and objid). The
+-- sessions of another application sharing the database and user are not ours to end.
+SELECT a.pid, pg_terminate_backend(a.pid)
+FROM pg_stat_activity AS a
+WHERE a.datname = current_database() AND a.usename = current_user AND a.pid <> pg_backend_pid()
+  AND a.backend_type = 'client backend' AND a.state = 'active' AND a.wait_event = 'ClientRead'
+  AND a.xact_start IS NOT NULL
+  AND a.state_change < clock_timestamp() - make_interval(secs => :after)
+  AND a.query NOT ILIKE 'copy%'
+  AND EXISTS (
+    SELECT 1 FROM pg_locks AS l
+    LEFT JOIN pg_class AS c ON c.oid = l.relation
+    WHERE l.pid = a.pid AND l.granted
+      AND (c.relnamespace = CAST(current_schema() AS regnamespace)
+           OR (l.locktype = 'advisory' AND l.objsubid = 1
+               AND (CAST(l.classid AS bigint) << 32 | CAST(l.objid AS bigint))
+                   IN (7243000001, 7243000002))));
 
 -- name: job_list
 SELECT * FROM jobs
