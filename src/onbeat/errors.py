@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+SHOWN = 80
+"""Longest piece of user input an error message echoes back."""
+
+
+def shown(value: object, limit: int = SHOWN) -> str:
+    """``repr`` of user input, shortened so an error message never echoes a huge string."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class OnbeatError(Exception):
     """Base class of every error onbeat raises on purpose."""

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
+from onbeat.cron import restart
 from onbeat.errors import ValidationError
 from onbeat.schedule import (
     MAX_PREVIEW,
@@ -19,7 +20,6 @@ from onbeat.schedule import (
     FireTime,
     Schedule,
     ScheduleKind,
-    _restart,
 )
 
 
@@ -293,7 +293,7 @@ def test_cron__cached_iterator_matches_a_freshly_parsed_one() -> None:
     start = datetime(2026, 3, 1, 12, 34, 56, 789)
     for expr in ["*/7 * * * *", "0 30 2 * * MON-FRI", "0 0 29 2 *", "15 10 1,15 * *"]:
         template = CronSim(expr, datetime(2000, 1, 1))
-        restarted = _restart(template, start)
+        restarted = restart(template, start)
         fresh = CronSim(expr, start)
         assert [next(restarted) for _ in range(20)] == [next(fresh) for _ in range(20)]
 
