@@ -303,9 +303,11 @@ def compile_cron(expression: str, timezone: str) -> CompiledCron:
 def cron_fire_times(
     expression: str, timezone: str, after: datetime, count: int
 ) -> tuple[FireTime, ...]:
-    """:meth:`Schedule.fire_times` of a cron schedule. Cached: every answer about a job lists its
-    next fire times, jobs of one expression share them, and a rare expression costs a day-by-day
-    walk per fire (five fires of ``0 0 1 1 *`` took 0.5 ms, the most of a ``GET /jobs/{id}``)."""
+    """:meth:`Schedule.fire_times` of a cron schedule (``count`` 1: ``next_fire_after``). Cached:
+    every answer about a job lists its next fire times, jobs of one expression share them (a bulk
+    create's jobs their first fire, a boundary's cron jobs their next), and a rare expression
+    costs a day-by-day walk per fire (five fires of ``0 0 1 1 *`` took 0.5 ms, the most of a
+    ``GET /jobs/{id}``)."""
     compiled = compile_cron(expression, timezone)
     cursor = after
     out: list[FireTime] = []

@@ -13,7 +13,6 @@ from enum import StrEnum
 
 from onbeat.cron import (
     MAX_CRON_LENGTH,
-    CompiledCron,
     DstFlag,
     FireTime,
     compile_cron,
@@ -126,8 +125,9 @@ class Schedule:
         _require_aware(after, "after")
         if self.kind is not ScheduleKind.CRON:
             return None
-        found = self._compiled().next_after(after)
-        return None if found is None else found[0].replace(tzinfo=UTC)
+        assert self.expression is not None
+        found = cron_fire_times(self.expression, self.timezone, after.astimezone(UTC), 1)
+        return found[0].at if found else None
 
     def fire_times(self, after: datetime, count: int) -> list[FireTime]:
         """Up to ``count`` (at most ``MAX_PREVIEW``) fire times strictly after ``after``, for
@@ -141,10 +141,6 @@ class Schedule:
             return [FireTime(self.at)] if self.at > after else []
         assert self.expression is not None
         return list(cron_fire_times(self.expression, self.timezone, after.astimezone(UTC), count))
-
-    def _compiled(self) -> CompiledCron:
-        assert self.expression is not None
-        return compile_cron(self.expression, self.timezone)
 
 
 # --------------------------------------------------------------------------------------------------
