@@ -417,14 +417,14 @@ def plan_finish(
     attempt: int,
     retry_in: float | None,
 ) -> AttemptEnd:
-    """An attempt its worker ended: succeeded; released by a stopping worker (due again at once,
-    not counted); cancelled with its job; retried after ``retry_in`` seconds (the worker chose the
+    """An attempt its worker ended: succeeded; released by its worker, stopping or with a task
+    blocking its event loop (due again at once, not counted); cancelled with its job; retried after ``retry_in`` seconds (the worker chose the
     backoff); or, with no retry left, failed and dead-lettered."""
     if succeeded:
         return AttemptEnd(ExecutionStatus.SUCCEEDED)
     if released:
         return AttemptEnd(
-            ExecutionStatus.SCHEDULED, 0.0, "released by a stopping worker", uncount=True
+            ExecutionStatus.SCHEDULED, 0.0, "released by its worker, not finished", uncount=True
         )
     if job_cancelled:
         return AttemptEnd(ExecutionStatus.CANCELLED, reason="job cancelled")

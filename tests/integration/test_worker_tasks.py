@@ -9,12 +9,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from onbeat import AttemptOutcome, ExecutionStatus, TaskContext
 from onbeat.errors import ValidationError
+from onbeat.model import Execution
 from onbeat.worker.results import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
 from tests.integration.conftest import Node
 from tests.unit import pool_tasks
@@ -196,6 +198,62 @@ async def test_worker__watchdog_names_the_run_that_blocks_the_event_loop(
     assert f"event loop blocked for over 0.2s by run {execution.id} (task hog)" in caplog.text
     assert f"blocked by run {execution.id} (task hog)" in caplog.text
     assert worker.stats.loop_stalls == 1
+
+
+async def test_worker__runs_claimed_behind_a_task_that_blocks_the_loop_are_handed_back(
+    node: Node,
+) -> None:
+    """An async task that blocks the loop does not hold the runs claimed with it until it lets
+    go: the watchdog's thread releases the ones the loop has not begun (due again at once, the
+    attempt not counted), so another worker can start them meanwhile; the loop, once free,
+    does not run them too."""
+    node.app.settings.loop_stall_warning = 0.2
+    handed_back, let_go = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    class Signals(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "handed back" in record.getMessage():
+                handed_back.set()
+
+    @node.app.task(name="hog")
+    async def hog(ctx: TaskContext) -> None:
+        let_go.wait(10)  # blocks the event loop
+
+    node.app.task(name="noop")(lambda ctx: ran.append(ctx.execution_id))
+    now = node.clock.now()
+    hog_job = node.app.schedule("hog", at=now - timedelta(seconds=2))  # claimed, begun first
+    noop_job = node.app.schedule("noop", at=now - timedelta(seconds=1))
+    await node.dispatch()
+    signals = Signals()
+    logging.getLogger("onbeat.worker").addHandler(signals)
+    worker = node.new_worker()
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+
+    def while_the_loop_is_blocked() -> Execution:
+        assert handed_back.wait(5), "the unstarted run was not handed back"
+        try:
+            return node.execution(noop_job.id)
+        finally:
+            let_go.set()
+
+    try:
+        released = await asyncio.to_thread(while_the_loop_is_blocked)
+    finally:
+        let_go.set()
+        stop.set()
+        await asyncio.wait_for(running, 5)
+        logging.getLogger("onbeat.worker").removeHandler(signals)
+    assert released.status is ExecutionStatus.SCHEDULED
+    assert [a.outcome for a in released.attempts] == [AttemptOutcome.RELEASED]
+    assert worker.stats.handed_back == 1
+    assert ran == []  # the freed loop skipped it
+    await node.step()  # another worker (the node's) starts it
+    done = node.execution(noop_job.id)
+    assert (done.status, done.attempt) == (ExecutionStatus.SUCCEEDED, 1)
+    assert ran == [done.id]
+    assert node.execution(hog_job.id).status is ExecutionStatus.SUCCEEDED
 
 
 async def test_worker__task_pool_processes_runs_in_a_child_whatever_the_worker_pool(

@@ -445,8 +445,9 @@ class Store(Protocol):
         ...
 
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:
-        """Give back runs a stopping worker did not finish (id -> fencing token): they are due
-        again at once and the interrupted attempt does not count.
+        """Give back runs a worker will not finish (id -> fencing token): it is stopping, or a
+        task blocks its event loop and they have not begun. They are due again at once and the
+        interrupted attempt does not count.
 
         Concurrency: as ``execution_finish_many``, conditional on owner, running and token."""
         ...

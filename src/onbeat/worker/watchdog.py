@@ -6,6 +6,8 @@ thread, so leases survive it; but the culprit should be found. This thread pings
 times per threshold; when a ping goes unanswered longer than the threshold, it logs a warning
 naming the asyncio task running at that moment (a run's task is named ``onbeat-run-<execution
 id>``), keeps noting who holds the loop until it answers, then logs how long the stall lasted.
+Meanwhile the worker hands back the runs it claimed that the loop cannot start (``while_stalled``):
+they start elsewhere instead of waiting for the task that blocks.
 """
 
 from __future__ import annotations
@@ -23,17 +25,21 @@ RUN_TASK_PREFIX = "onbeat-run-"
 
 class LoopWatchdog:
     """``describe_run(execution_id)`` says what a run is (called from the watchdog thread);
-    ``on_stall()`` is called once per stall, from the watchdog thread."""
+    ``on_stall()`` is called once per stall, and ``while_stalled()`` at once and then every
+    quarter threshold until the loop answers (the worker hands back the runs the loop cannot
+    start), both from the watchdog thread."""
 
     def __init__(
         self,
         threshold: float,
         describe_run: Callable[[str], str],
         on_stall: Callable[[], None],
+        while_stalled: Callable[[], None] = lambda: None,
     ) -> None:
         self._threshold = threshold
         self._describe_run = describe_run
         self._on_stall = on_stall
+        self._while_stalled = while_stalled
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,9 +80,11 @@ class LoopWatchdog:
             holders[0],
         )
         self._on_stall()
+        self._while_stalled()
         while not answered.wait(self._threshold / 4):
             if self._stopping.is_set():
                 return
+            self._while_stalled()
             holder = self._holder()
             if holder not in holders:
                 holders.append(holder)

@@ -8,8 +8,10 @@ batched: one store call per batch, not per run.
 Task code cannot stop, starve or strand the worker: it runs in an executor (``executors.py``),
 and whatever it raises becomes a failed attempt (``attempt.py``); the heartbeat renews leases
 from its own thread (``heartbeat.py``), so a task blocking the event loop does not get healthy
-runs rescued; and every run the store started is tracked (heartbeated, then finished or
-released) from the moment the claim returns, even when the worker is stopping.
+runs rescued; while a task blocks it, the runs claimed that the loop cannot start are handed
+back to the store (released) from the watchdog's thread, to start elsewhere; and every run the
+store started is tracked (heartbeated, then finished or released) from the moment the claim
+returns, even when the worker is stopping.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class WorkerStats:
     fenced: int = 0
     """Runs stopped, or outcomes refused, because the run's lease had been taken away."""
     released: int = 0
+    handed_back: int = 0
+    """Runs claimed but not yet started, released while a task blocked the event loop."""
     threads_abandoned: int = 0
     """Sync runs that timed out or were cancelled while their thread ran on (it cannot be stopped)."""
     loop_restarts: int = 0
@@ -70,6 +74,9 @@ class _Held:
     task: asyncio.Task[None] | None = None
     """The asyncio task running it; None if it was claimed while the worker was stopping (it is
     released, never started)."""
+    began: bool = False
+    """Its task has begun (on the loop): a run not begun yet may be handed back while a task
+    blocks the loop (``Worker._hand_back_unstarted``)."""
 
     @property
     def token(self) -> int:
@@ -142,7 +149,10 @@ class Worker:
         )
         self._per_task = TaskInstruments(self.metrics)
         self._watchdog = LoopWatchdog(
-            settings.loop_stall_warning, self._describe_run, self._count_stall
+            settings.loop_stall_warning,
+            self._describe_run,
+            self._count_stall,
+            self._hand_back_unstarted,
         )
 
     def _executor(self, task: Task) -> Executor:
@@ -245,10 +255,12 @@ class Worker:
             log.warning("handing %d runs back failed (%s); the sweep will", len(ids), exc)
 
     def _start(self, runs: Sequence[ClaimedRun]) -> None:
-        started = []
         for run in runs:
             for victim in run.replaced:
                 self._cancel_local(victim, "replaced by a newer run (overlap=replace)")
+        runs = self._still_claimed(runs)
+        started = []
+        for run in runs:
             if run.execution.id in self._held:  # lost its lease, then claimed again by us
                 self._cancel_local(run.execution.id, "claimed again with a newer fencing token")
             held = _Held(run)
@@ -260,8 +272,6 @@ class Worker:
             started.append(held)
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
-            for held in started:
-                self._claimed.pop(held.run.execution.id, None)
         self.stats.started += len(started)
         self.metrics.runs_in_flight.set(len(self._held))
         now = self.clock.now()
@@ -281,10 +291,44 @@ class Worker:
                 await asyncio.wait([claiming])
         if claiming.cancelled() or claiming.exception() is not None:
             return
+        unstarted = self._still_claimed(claiming.result().started)
         with self._held_lock:
-            for run in claiming.result().started:
-                self._held[run.execution.id] = _Held(run)
-                self._claimed.pop(run.execution.id, None)
+            self._held.update((run.execution.id, _Held(run)) for run in unstarted)
+
+    def _still_claimed(self, runs: Sequence[ClaimedRun]) -> list[ClaimedRun]:
+        """The runs of a claim's answer the watchdog did not hand back while the answer waited
+        for the loop; they leave ``_claimed`` (the caller holds them from here on)."""
+        with self._held_lock:
+            return [
+                run
+                for run in runs
+                if self._claimed.pop(run.execution.id, None) == run.execution.fencing_token
+            ]
+
+    def _hand_back_unstarted(self) -> None:
+        """While a task blocks the event loop (called from the watchdog's thread): release the
+        runs claimed that the loop has not begun, so they start elsewhere now instead of when
+        the task lets go (the loop, once free, skips them: ``_still_claimed``, ``_run``). If the
+        store cannot take them, they are no longer heartbeated and the reaper frees them."""
+        with self._held_lock:
+            unstarted = dict(self._claimed)
+            self._claimed.clear()
+            for eid, held in list(self._held.items()):
+                if not held.began and held.task is not None:
+                    unstarted[eid] = held.token
+                    del self._held[eid]
+        if not unstarted:
+            return
+        try:
+            released = self.store.execution_release(self.owner, unstarted)
+        except Exception as exc:
+            log.warning("handing back %d unstarted runs failed (%s)", len(unstarted), exc)
+            return
+        self.stats.handed_back += released
+        log.warning(
+            "event loop blocked: handed back %d claimed runs it could not start, to start elsewhere",
+            released,
+        )
 
     def _cancel_local(self, execution_id: str, why: str) -> None:
         """Stop the local run of an execution whose lease this worker no longer holds. A run
@@ -310,6 +354,10 @@ class Worker:
 
     # --- running ----------------------------------------------------------------------------
     async def _run(self, held: _Held) -> None:
+        with self._held_lock:
+            if self._held.get(held.run.execution.id) is not held:
+                return  # handed back while a task blocked the loop, or fenced, before it began
+            held.began = True
         try:
             completion = await run_attempt(
                 held.run, self.registry, self._executor, self._per_task, self.clock
