@@ -23,7 +23,6 @@ import math
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from onbeat.clock import Clock
 from onbeat.limits import LimitDefaults
@@ -39,6 +38,7 @@ from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
 from onbeat.worker.instruments import TaskInstruments
 from onbeat.worker.outage import FailureStreak
+from onbeat.worker.outcomes import report_outcomes
 from onbeat.worker.processes import ProcessExecutor
 from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
@@ -398,46 +398,8 @@ class Worker:
             self._waiting_jobs -= ended_jobs
             if self.on_runs_woken is not None:
                 self.on_runs_woken()
-        logging_successes = log.isEnabledFor(logging.INFO)
-        succeeded: dict[str, int] = {}
-        for done in batch:
-            run = runs.get(done.execution_id)
-            task = run.task if run else "unknown"
-            if done.succeeded and done.execution_id in accepted:
-                # the common case, counted per task below: no fields unless a line is written
-                self.stats.succeeded += 1
-                succeeded[task] = succeeded.get(task, 0) + 1
-                if logging_successes:
-                    log.info("execution succeeded", extra=_outcome_fields(done, run))
-                continue
-            fields = _outcome_fields(done, run)
-            if done.execution_id not in accepted:
-                self.stats.fenced += 1
-                self.metrics.fenced.inc()
-                log.warning(
-                    "execution %s: outcome with fencing token %d discarded, the lease was lost",
-                    done.execution_id,
-                    done.fencing_token,
-                    extra=fields,
-                )
-                continue
-            self.stats.failed += 1
-            self._count_failure(done, task, fields)
-        for task, n in succeeded.items():
-            self._per_task.outcomes(task, "succeeded").inc(n)
+        report_outcomes(batch, runs, accepted, self.stats, self.metrics, self._per_task)
         return True
-
-    def _count_failure(self, done: Completion, task: str, fields: dict[str, Any]) -> None:
-        """Metrics and the state-change log line of a failed outcome the store accepted."""
-        if done.retry_in is not None:
-            self.metrics.retries.labels(task).inc()
-            log.info(
-                "execution failed; retrying in %ss: %s", done.retry_in, done.error, extra=fields
-            )
-        else:
-            self._per_task.outcomes(task, "failed").inc()
-            self.metrics.dead_letters.inc()
-            log.warning("execution failed; dead-lettered: %s", done.error, extra=fields)
 
     # --- leases -----------------------------------------------------------------------------
     def _held_leases(self) -> HeldLeases:
@@ -554,10 +516,3 @@ class Worker:
         await self._async_executor.close()
         for pool in self._pools.values():
             await pool.close()
-
-
-def _outcome_fields(done: Completion, run: ClaimedRun | None) -> dict[str, Any]:
-    """The fields of an outcome's log line: the run's, with the outcome's own id and token."""
-    fields = run_fields(run.execution, task=run.task) if run else {}
-    fields |= {"execution_id": done.execution_id, "fencing_token": done.fencing_token}
-    return fields
