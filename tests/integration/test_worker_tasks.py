@@ -247,7 +247,7 @@ async def test_worker__runs_claimed_behind_a_task_that_blocks_the_loop_are_hande
         logging.getLogger("onbeat.worker").removeHandler(signals)
     assert released.status is ExecutionStatus.SCHEDULED
     assert [a.outcome for a in released.attempts] == [AttemptOutcome.RELEASED]
-    assert worker.stats.handed_back == 1
+    assert (worker.stats.handed_back, worker.stats.started) == (1, 1)  # started: the hog only
     assert ran == []  # the freed loop skipped it
     await node.step()  # another worker (the node's) starts it
     done = node.execution(noop_job.id)

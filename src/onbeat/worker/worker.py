@@ -313,12 +313,14 @@ class Worker:
         with self._held_lock:
             unstarted = dict(self._claimed)
             self._claimed.clear()
-            for eid, held in list(self._held.items()):
-                if not held.began and held.task is not None:
-                    unstarted[eid] = held.token
-                    del self._held[eid]
+            not_begun = [eid for eid, h in self._held.items() if not h.began and h.task]
+            for eid in not_begun:
+                unstarted[eid] = self._held.pop(eid).token
+            in_flight = len(self._held)
         if not unstarted:
             return
+        self.stats.started -= len(not_begun)  # counted when their tasks were made
+        self.metrics.runs_in_flight.set(in_flight)
         try:
             released = self.store.execution_release(self.owner, unstarted)
         except Exception as exc:
