@@ -25,9 +25,9 @@ RUN_TASK_PREFIX = "onbeat-run-"
 
 class LoopWatchdog:
     """``describe_run(execution_id)`` says what a run is (called from the watchdog thread);
-    ``on_stall()`` is called once per stall, and ``while_stalled()`` at once and then every
-    quarter threshold until the loop answers (the worker hands back the runs the loop cannot
-    start), both from the watchdog thread."""
+    ``on_stall()`` is called once per stall, and ``while_stalled()`` every quarter threshold
+    after it while one asyncio task has held the loop since the last look (the worker hands
+    back the runs the loop cannot start), both from the watchdog thread."""
 
     def __init__(
         self,
@@ -80,11 +80,17 @@ class LoopWatchdog:
             holders[0],
         )
         self._on_stall()
-        self._while_stalled()
+        assert self._loop is not None
+        previous = asyncio.current_task(self._loop)
         while not answered.wait(self._threshold / 4):
             if self._stopping.is_set():
                 return
-            self._while_stalled()
+            current = asyncio.current_task(self._loop)
+            if current is not None and current is previous:
+                # One task still holds it: a block. A loop busy with many short steps (a burst
+                # of runs starting) shows other tasks, or none, from one look to the next.
+                self._while_stalled()
+            previous = current
             holder = self._holder()
             if holder not in holders:
                 holders.append(holder)
