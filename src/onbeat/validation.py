@@ -19,7 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from onbeat.errors import ValidationError
+from onbeat.errors import ValidationError, shown
 from onbeat.model import Job, MisfirePolicy, OverlapPolicy, RetryPolicy
 from onbeat.schedule import MAX_CRON_LENGTH, Schedule
 
@@ -184,7 +184,7 @@ def choice(kind: type[E], value: object, field: str) -> E:
         except ValueError:
             pass
     allowed = ", ".join(m.value for m in kind)
-    raise ValidationError(field, f"{_show(value)} is not one of: {allowed}")
+    raise ValidationError(field, f"{shown(value)} is not one of: {allowed}")
 
 
 def params(value: object) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def _check_json_value(value: dict[str, Any]) -> None:
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    raise ValidationError("params", f"has a key {_show(key)} that is not a string")
+                    raise ValidationError("params", f"has a key {shown(key)} that is not a string")
                 stack.append((child, level + 1))
         elif isinstance(item, list):
             stack.extend((child, level + 1) for child in item)
@@ -243,11 +243,5 @@ def _check_json_value(value: dict[str, Any]) -> None:
             raise ValidationError("params", "contains NaN or Infinity, which JSON does not allow")
         elif not isinstance(item, str | int | float | bool | None):
             raise ValidationError(
-                "params", f"contains {_show(item)}, a {type(item).__name__}, not a JSON value"
+                "params", f"contains {shown(item)}, a {type(item).__name__}, not a JSON value"
             )
-
-
-def _show(value: object, limit: int = 80) -> str:
-    """``repr`` of user input, shortened so a message never echoes a huge value."""
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
