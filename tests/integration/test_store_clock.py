@@ -8,16 +8,19 @@ The bug this guards against: ``App`` handed its default ``SystemClock`` to ``ope
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
 from onbeat import App
 from onbeat.clock import SystemClock
+from onbeat.errors import StoreUnavailableError
 from onbeat.store.postgres import CLOCK_RESYNC, PostgresStore
 from onbeat.testing.postgres import fresh_schema
 
@@ -26,6 +29,7 @@ pytestmark = pytest.mark.external_service
 SKEW = timedelta(hours=1)
 AGREE = timedelta(seconds=1)
 """How close the store's time is to the server's own reading (a query's round trip, a busy box)."""
+PAUSE = 2 * AGREE.total_seconds()
 
 
 @pytest.fixture
@@ -129,5 +133,47 @@ def test_postgres_store__a_failed_reading_carries_the_last_one_forward(
         assert not store._resyncing
         assert store._server_anchor[0] >= began  # tried again only CLOCK_RESYNC from now
         assert abs(store.now() - server_now(database_url)) < AGREE
+    finally:
+        store.close()
+
+
+def test_postgres_store__a_reading_a_pause_stretched_is_refused_and_the_last_carried_forward(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause between the server's reading and the answer's arrival (the process stopped, a
+    thread starved) would anchor "now" that much behind: leases born expired, due runs not due
+    (N1 2026-12-01: a run reaped 0.5 s after it started). Such a reading is refused."""
+    store = PostgresStore(database_url)
+    try:
+        read = store._read
+
+        @contextlib.contextmanager
+        def pausing_read() -> Iterator[Any]:
+            with read() as c:
+                real_execute = c.execute
+
+                def execute(query: str, *args: Any) -> Any:
+                    cursor = real_execute(query, *args)  # the server has read its clock
+                    time.sleep(PAUSE)  # ... and the process pauses before it reads the answer
+                    return cursor
+
+                monkeypatch.setattr(c, "execute", execute)
+                yield c
+
+        monkeypatch.setattr(store, "_read", pausing_read)
+        with pytest.raises(StoreUnavailableError, match="reading its clock took"):
+            store._read_server_clock()
+        assert store._server_anchor is not None
+        mono, server = store._server_anchor
+        store._server_anchor = (
+            mono - CLOCK_RESYNC - 1,
+            server - timedelta(seconds=CLOCK_RESYNC + 1),
+        )
+        store.now()  # stale: renewed in a thread, which reads through the pause
+        deadline = time.monotonic() + 10
+        while store._resyncing and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not store._resyncing
+        assert abs(store.now() - server_now(database_url)) < AGREE  # not PAUSE behind
     finally:
         store.close()

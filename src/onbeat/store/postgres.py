@@ -43,6 +43,11 @@ from onbeat.store.sql_store.history import DAY_US, day_date
 log = logging.getLogger("onbeat.store")
 CLOCK_RESYNC = 10.0
 """Seconds between reads of the database server's clock."""
+CLOCK_READ_MAX_ROUND_TRIP = 0.5
+"""A reading of the server's clock whose round trip took longer is not trusted (see
+``PostgresStore._read_server_clock``)."""
+Anchor = tuple[float, datetime]
+"""(monotonic instant, the server's clock at it)."""
 POOL_SIZE = 8
 """Connections per process: a worker's claim, heartbeat and finish loops and a scheduler's timers
 each hold one for the length of one transaction."""
@@ -215,7 +220,7 @@ class PostgresStore(SQLStore):
         self._waits_extend_leases = clock is None
         self._write_refused: str | None = None
         self._clock_lock = threading.Lock()
-        self._server_anchor: tuple[float, datetime] | None = None
+        self._server_anchor: Anchor | None = None
         self._resyncing = False
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
@@ -464,19 +469,30 @@ class PostgresStore(SQLStore):
             return self._clock.now()
         with self._clock_lock:
             anchor = self._server_anchor
-            if anchor is None:
-                anchor = self._server_anchor = self._read_server_clock()
+            if anchor is None:  # at open: the first reading, however slow (the next renews it)
+                anchor = self._server_anchor = self._read_server_clock(math.inf)
             elif time.monotonic() - anchor[0] > CLOCK_RESYNC and not self._resyncing:
                 self._resyncing = True
                 threading.Thread(target=self._resync, name="onbeat-clock", daemon=True).start()
         return anchor[1] + timedelta(seconds=time.monotonic() - anchor[0])
 
-    def _read_server_clock(self) -> tuple[float, datetime]:
+    def _read_server_clock(self, max_round_trip: float = CLOCK_READ_MAX_ROUND_TRIP) -> Anchor:
+        """The server's clock and the monotonic instant it stands for: the middle of the round
+        trip, so the anchor is off by half of it at most. A round trip longer than
+        ``max_round_trip`` is refused (StoreUnavailableError): the process paused, or the answer
+        waited, between the server's reading and ours, and an anchor taken then would put this
+        process's "now" behind by the pause (its leases born expired, due runs not yet due)."""
         with self._read() as c:
+            sent = time.monotonic()
             row = c.execute("SELECT clock_timestamp()").fetchone()
+            answered = time.monotonic()
+        if answered - sent > max_round_trip:
+            raise StoreUnavailableError(
+                f"PostgreSQL: reading its clock took {answered - sent:.2f}s; not trusted"
+            )
         assert row is not None
         server: datetime = row[0]
-        return time.monotonic(), server.astimezone(UTC)
+        return (sent + answered) / 2, server.astimezone(UTC)
 
     def _resync(self) -> None:
         try:
