@@ -418,8 +418,9 @@ def plan_finish(
     retry_in: float | None,
 ) -> AttemptEnd:
     """An attempt its worker ended: succeeded; released by its worker, stopping or with a task
-    blocking its event loop (due again at once, not counted); cancelled with its job; retried after ``retry_in`` seconds (the worker chose the
-    backoff); or, with no retry left, failed and dead-lettered."""
+    blocking its event loop (due again at once, not counted); cancelled with its job; retried
+    after ``retry_in`` seconds (the worker chose the backoff); or, with no retry left, failed and
+    dead-lettered."""
     if succeeded:
         return AttemptEnd(ExecutionStatus.SUCCEEDED)
     if released:
