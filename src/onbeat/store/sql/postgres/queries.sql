@@ -39,18 +39,16 @@ SELECT pg_advisory_xact_lock(7243000001);
 -- name: sessions_end_stalled
 -- Sessions of this database and user inside a transaction, waiting for the rest of a pipeline
 -- from a client that has sent nothing for :after seconds (state_change is the start of its last
--- statement): a frozen process's. Shown 'active', or 'idle in transaction' (S4 found one held
--- 8 s so, its idle-in-transaction timeout not firing, a takeover waiting on its lease rows); an
--- idle one this old would have been ended by that timeout, which is the same bound. Not a COPY,
--- whose client may be slow for its own reasons. Only onbeat's: a session holding a lock on a
--- table of this schema or one of onbeat's advisory locks (the two keys above; pg_locks splits a
--- bigint key into classid, its high half, and objid). The sessions of another application
--- sharing the database and user are not ours to end.
+-- statement): a frozen process's. Not 'idle in transaction': that is also an administrator's
+-- open transaction (S6's LOCK TABLE), not ours to end. Not a COPY, whose client may be slow for
+-- its own reasons. Only onbeat's: a session holding a lock on a table of this schema or one of
+-- onbeat's advisory locks (the two keys above; pg_locks splits a bigint key into classid, its
+-- high half, and objid). The sessions of another application sharing the database and user are
+-- not ours to end.
 SELECT a.pid, pg_terminate_backend(a.pid)
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database() AND a.usename = current_user AND a.pid <> pg_backend_pid()
-  AND a.backend_type = 'client backend' AND a.wait_event = 'ClientRead'
-  AND a.state IN ('active', 'idle in transaction')
+  AND a.backend_type = 'client backend' AND a.state = 'active' AND a.wait_event = 'ClientRead'
   AND a.xact_start IS NOT NULL
   AND a.state_change < clock_timestamp() - make_interval(secs => :after)
   AND a.query NOT ILIKE 'copy%'
