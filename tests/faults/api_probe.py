@@ -6,10 +6,12 @@ same ``Idempotency-Key``, as a careful client would, so the checker can count du
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -146,6 +148,14 @@ class ApiProbe:
             "probe_cut": sum(a.status is None for a in self.answers),
         }
         return {prefix + key.removeprefix("probe_"): value for key, value in counts.items()}
+
+    def write(self, path: Path) -> None:
+        """Every answer, a JSON line each in the order they arrived: when each try was sent and
+        answered, and (a 2xx) the body, whose ``created_at`` tells a request the server took late
+        from one the probe sent late."""
+        with path.open("w") as out:
+            for answer in self.answers:
+                out.write(json.dumps(asdict(answer)) + "\n")
 
     def cuts(self, limit: int = 10) -> list[str]:
         """The first cut requests: when sent, how long until cut, why."""

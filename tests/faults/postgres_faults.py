@@ -121,6 +121,7 @@ class PostgresFaults:
     def _stop_probe(self) -> None:
         """Before the drain: its creates are acknowledged jobs the checker follows."""
         self.probe.stop()
+        self.probe.write(self.context.artifacts / "probe-postgres.jsonl")
         self.acks.close()
 
     def _begin(self, fault: PlannedFault) -> FaultEvent:

@@ -108,7 +108,7 @@ class RedisFaults:
 
         wait_until(aof_written, 30, "Redis's first AOF rewrite")
         self.probe.start()
-        self.context.at_load_end.append(self.probe.stop)
+        self.context.at_load_end.append(self._stop_probe)
         self.context.reporters.append(self.report)
         return {
             RESTART_AOF: self._restart_aof,
@@ -116,6 +116,10 @@ class RedisFaults:
             FLUSHALL: self._flushall,
             PAUSE: self._pause,
         }
+
+    def _stop_probe(self) -> None:
+        self.probe.stop()
+        self.probe.write(self.context.artifacts / "probe-redis.jsonl")
 
     def _begin(self, fault: PlannedFault) -> tuple[FaultEvent, set[str]]:
         process = self.context.redis.process
