@@ -19,7 +19,7 @@ import pytest
 
 from onbeat.errors import StoreUnavailableError
 from onbeat.store.base import ShardLeases
-from onbeat.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, PostgresStore
+from onbeat.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, PostgresStore, _configure_session
 from onbeat.store.sql_store import Connection
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.postgres import fresh_schema
@@ -147,10 +147,20 @@ def test_a_frozen_transaction_releases_its_locks_within_the_idle_timeout(url: st
 SHARD_MAP_LOCK = 7243000001
 
 
-def _freeze_mid_pipeline(url: str, statement: bytes) -> psycopg.Connection[Any]:
+def _store_session(url: str) -> psycopg.Connection[Any]:
+    """A connection set up as the store's pool sets up its own (the settings, the marker)."""
+    conn = psycopg.connect(url, autocommit=True)
+    _configure_session(conn)
+    conn.autocommit = False
+    return conn
+
+
+def _freeze_mid_pipeline(
+    url: str, statement: bytes, session: Callable[[str], psycopg.Connection[Any]] = _store_session
+) -> psycopg.Connection[Any]:
     """A session that opened a transaction, sent ``statement`` in a pipeline and froze before
     the pipeline's Sync: the server shows it ``active``, waiting for its client."""
-    frozen = psycopg.connect(url)
+    frozen = session(url)
     frozen.execute("SELECT 1")  # BEGIN: a transaction is open
     frozen.pgconn.enter_pipeline_mode()
     frozen.pgconn.send_query_params(statement, None)
@@ -197,15 +207,90 @@ def test_session_end_stalled__ends_a_session_frozen_mid_pipeline_and_its_locks_g
         store.close()
 
 
+def test_session_end_stalled__ends_a_session_frozen_after_a_pipeline_its_own_timeout_misses(
+    url: str,
+) -> None:
+    """Found by CI's S4 (2026-12-01): a scheduler stopped after its dispatch's pipelined
+    ``executemany`` sat ``idle in transaction`` for 8 s holding its lease rows, past its 2 s
+    idle-in-transaction timeout. psycopg follows the pipeline's Sync with a Flush; PostgreSQL
+    turns the timer off at every message it reads and on again only at a Sync, so it never
+    fires. ``session_end_stalled`` ends such a session too, and its locks go with it."""
+    store, frozen = PostgresStore(url), PostgresStore(url)
+    holding, thaw = threading.Event(), threading.Event()
+    pid: list[int] = []
+    outcome: list[BaseException | None] = []
+
+    def freeze() -> None:
+        try:
+            with frozen._tx() as c:
+                pid.append(c.execute("SELECT pg_backend_pid()").fetchone()[0])
+                c.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
+                c.executemany("SELECT %(n)s", [{"n": 1}, {"n": 2}])  # a pipeline
+                holding.set()
+                thaw.wait(5 * TIMEOUT)  # frozen: no statement is sent
+                c.execute("SELECT 1")
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+        holding.set()
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        began = time.monotonic()
+        assert store.session_end_stalled() == 0, "ended before it had stalled for long"
+        ended = 0
+        while not ended and time.monotonic() - began < TIMEOUT + 3:
+            ended = store.session_end_stalled()
+            time.sleep(0.05)
+        took = time.monotonic() - began
+        with psycopg.connect(url, autocommit=True) as observer:
+            left = observer.execute(
+                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s),"
+                " (SELECT count(*) FROM pg_locks WHERE pid = %(pid)s)",
+                {"pid": pid[0]},
+            ).fetchone()
+    finally:
+        thaw.set()
+        thread.join()
+        frozen.close()
+        store.close()
+    assert left == (0, 0), "the frozen session, or a lock of it, is still there"
+    assert ended == 1
+    assert TIMEOUT - 0.5 < took < TIMEOUT + 3
+    assert isinstance(outcome[0], StoreUnavailableError), "the frozen transaction committed"
+
+
+def test_session_end_stalled__leaves_an_administrators_open_transaction_alone(url: str) -> None:
+    """An open transaction on onbeat's own tables that is not onbeat's (``LOCK TABLE`` in psql,
+    S6's nemesis) holds no session marker: it is the administrator's to end."""
+    store = PostgresStore(url)
+    try:
+        with psycopg.connect(url) as admin:
+            admin.execute("LOCK TABLE tenant_usage IN SHARE MODE")
+            began = time.monotonic()
+            while time.monotonic() - began < TIMEOUT + 1.5:  # past the bound, on the server's clock
+                assert store.session_end_stalled() == 0
+                time.sleep(0.1)
+            assert admin.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        store.close()
+
+
 def test_session_end_stalled__leaves_another_applications_stalled_session_alone(url: str) -> None:
-    """A session of the same database and user that holds no lock of onbeat's (here, a row of
-    another schema's table) is not onbeat's to end, however long it has waited for its client."""
+    """A session of the same database and user without onbeat's session marker (here, one
+    frozen mid-pipeline holding a row of another schema's table) is not onbeat's to end,
+    however long it has waited for its client."""
     store = PostgresStore(url)
     other_schema = f"other_app_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {other_schema}")
         admin.execute(f"CREATE TABLE {other_schema}.orders AS SELECT 1 AS id")
-    frozen = _freeze_mid_pipeline(url, f"SELECT * FROM {other_schema}.orders FOR UPDATE".encode())
+    frozen = _freeze_mid_pipeline(
+        url, f"SELECT * FROM {other_schema}.orders FOR UPDATE".encode(), psycopg.connect
+    )
     try:
         began = time.monotonic()
         while time.monotonic() - began < TIMEOUT + 1.5:  # past the bound, on the server's clock

@@ -122,12 +122,11 @@ class Store(Protocol):
         ...
 
     def session_end_stalled(self) -> int:
-        """End onbeat's database sessions (of this store's database, user and schema: holding a
-        lock on one of its tables or one of onbeat's advisory locks) that have waited for
-        their client in the middle of a pipeline inside a transaction for longer than the store's
-        idle-in-transaction timeout, and return how many. Such a session belongs to a process
-        frozen while it sent the pipeline (``kill -STOP``, a VM pause): the server shows it
-        ``active``, so its own idle-in-transaction timeout never ends it, and the row locks it
+        """End onbeat's database sessions (of this store's database and user, holding onbeat's
+        session marker) that have waited for their client inside a transaction for longer than
+        the store's idle-in-transaction timeout, and return how many. Such a session belongs to
+        a process frozen inside a pipeline or right after one (``kill -STOP``, a VM pause),
+        which the server's own idle-in-transaction timeout does not end, and the row locks it
         holds (a scheduler's lease rows, the fleet's in-flight counter) would stall others until
         it thawed. Where sessions cannot stall so (SQLite: one process) it does nothing and
         returns 0.

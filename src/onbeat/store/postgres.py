@@ -193,9 +193,16 @@ belongs to a process frozen mid-transaction (SIGSTOP, a VM pause, a debugger), w
 the whole fleet for as long as it stays frozen. It stays well under any sane ``lease_ttl``."""
 
 
-def _configure_session(conn: psycopg.Connection[Row]) -> None:
+SESSION_MARKER_LOCK = 7243000003
+"""Advisory lock key every store session holds, shared, for as long as it lives: it tells
+onbeat's sessions from another application's (or an administrator's) in ``pg_locks``, so
+``session_end_stalled`` ends only ours. Taken in the same simple query as the settings."""
+
+
+def _configure_session(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
-        f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}"
+        f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)};"
+        f" SELECT pg_advisory_lock_shared({SESSION_MARKER_LOCK})"
     )
 
 
@@ -440,8 +447,11 @@ class PostgresStore(SQLStore):
         return None
 
     def session_end_stalled(self) -> int:
-        """The same bound as the server's ``idle_in_transaction_session_timeout`` on our idle
-        sessions, for the ones it cannot see as idle."""
+        """The server's ``idle_in_transaction_session_timeout``, enforced on our sessions where
+        the server does not: one frozen mid-pipeline shows ``active``, and one frozen after a
+        pipelined ``executemany`` is idle with its timer off (psycopg sends a Flush after the
+        pipeline's Sync, and PostgreSQL stops the timer on every message it reads but starts it
+        again only at a Sync)."""
         with self._read() as c:
             ended = c.execute(
                 self._q["sessions_end_stalled"], {"after": IDLE_IN_TRANSACTION_TIMEOUT}

@@ -37,29 +37,26 @@ FOR UPDATE OF j;
 SELECT pg_advisory_xact_lock(7243000001);
 
 -- name: sessions_end_stalled
--- Sessions of this database and user inside a transaction, waiting for the rest of a pipeline
--- from a client that has sent nothing for :after seconds (state_change is the start of its last
--- statement): a frozen process's. Not 'idle in transaction': that is also an administrator's
--- open transaction (S6's LOCK TABLE), not ours to end. Not a COPY, whose client may be slow for
--- its own reasons. Only onbeat's: a session holding a lock on a table of this schema or one of
--- onbeat's advisory locks (the two keys above; pg_locks splits a bigint key into classid, its
--- high half, and objid). The sessions of another application sharing the database and user are
--- not ours to end.
+-- onbeat's sessions of this database and user (those holding the session marker,
+-- SESSION_MARKER_LOCK; pg_locks splits a bigint key into classid, its high half, and objid)
+-- inside a transaction, waiting for a client that has sent nothing for :after seconds
+-- (state_change: when its last statement began, or when it went idle): a frozen process's.
+-- 'active' is a client frozen mid-pipeline; 'idle in transaction' one frozen after a
+-- pipeline, whose timeout the server turned off (PostgresStore.session_end_stalled says why).
+-- Another application's or an administrator's open transaction (S6's LOCK TABLE) holds no
+-- marker: not ours to end. Not a COPY, whose client may be slow for its own reasons.
 SELECT a.pid, pg_terminate_backend(a.pid)
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database() AND a.usename = current_user AND a.pid <> pg_backend_pid()
-  AND a.backend_type = 'client backend' AND a.state = 'active' AND a.wait_event = 'ClientRead'
+  AND a.backend_type = 'client backend' AND a.wait_event = 'ClientRead'
+  AND a.state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')
   AND a.xact_start IS NOT NULL
   AND a.state_change < clock_timestamp() - make_interval(secs => :after)
   AND a.query NOT ILIKE 'copy%'
   AND EXISTS (
     SELECT 1 FROM pg_locks AS l
-    LEFT JOIN pg_class AS c ON c.oid = l.relation
-    WHERE l.pid = a.pid AND l.granted
-      AND (c.relnamespace = CAST(current_schema() AS regnamespace)
-           OR (l.locktype = 'advisory' AND l.objsubid = 1
-               AND (CAST(l.classid AS bigint) << 32 | CAST(l.objid AS bigint))
-                   IN (7243000001, 7243000002))));
+    WHERE l.pid = a.pid AND l.granted AND l.locktype = 'advisory' AND l.objsubid = 1
+      AND (CAST(l.classid AS bigint) << 32 | CAST(l.objid AS bigint)) = 7243000003);
 
 -- name: job_list
 SELECT * FROM jobs
