@@ -55,6 +55,12 @@ from typing import Any
 from onbeat import App, TaskContext
 from onbeat.node import Node
 
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
+    sys.path.insert(0, str(REPO))
+
+from bench.box import python_loop_us  # noqa: E402
+
 PHASES = ("throughput", "burst")
 """What ``--phase all`` runs; ``cron`` (several minutes) runs only when asked for."""
 EVERY_MINUTE = "* * * * *"
@@ -845,6 +851,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "cpus": os.cpu_count(),
+        "python_loop_us": python_loop_us(),
         "platform": platform.platform(),
         "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

@@ -60,6 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script (and as the loader): import bench.* from the repo
     sys.path.insert(0, str(REPO))
 
+from bench.box import python_loop_us  # noqa: E402
 from bench.fleet_measure import CpuMonitor, PgSampler, Starts, drain_figures  # noqa: E402
 
 APP = "bench.fleet_app:app"
@@ -590,6 +591,7 @@ def environment() -> dict[str, Any]:
         "postgres": row[0] if row else None,
         "redis": redis_version,
         "cpus": os.cpu_count(),
+        "python_loop_us": python_loop_us(),
         "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

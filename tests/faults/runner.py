@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from bench.box import python_loop_us
 
 from onbeat.testing.postgres import fresh_schema
 from tests.faults import s9_api, s10_dst
@@ -374,6 +375,7 @@ def _drive(
         "restarts": len(supervisor.restarts),
         "stalls_recorded": stall_watch.stalls,
         "nemesis_errors": nemesis.errors,
+        "python_loop_us": python_loop_us(),  # how fast the box was (bench/box.py)
         **config,
     }
     for add in reporters or ():
