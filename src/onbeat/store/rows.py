@@ -83,9 +83,32 @@ def misfire_policy(value: str) -> MisfirePolicy:
 
 
 def fingerprint(new: NewJob) -> str:
-    """What a submission asks for, so that reusing its idempotency key for another is refused."""
-    described = dataclasses.asdict(dataclasses.replace(new, idempotency_key=None))
+    """What a submission asks for, so that reusing its idempotency key for another is refused.
+    The JSON of ``dataclasses.asdict`` of the submission without its key (keys stored earlier
+    must still match), built without ``asdict``'s deep copy of every value: that copy was 30 %
+    of a keyed batch create's CPU."""
+    described = _described(new)
+    described["idempotency_key"] = None
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _described(value: Any) -> dict[str, Any]:
+    """A dataclass instance as nested dicts of its fields (the leaves not copied: only encoded)."""
+    described = {name: getattr(value, name) for name in _field_names(type(value))}
+    for name, field_value in described.items():
+        if hasattr(field_value, "__dataclass_fields__"):
+            described[name] = _described(field_value)
+    return described
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def schedule_columns(schedule: Schedule) -> dict[str, Any]:
