@@ -33,6 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from onbeat.clock import Clock
 from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefusedError
+from onbeat.model import JobEventKind
 from onbeat.settings import DEFAULT_SHARDS, redact_url
 from onbeat.store.base import SweepCursor
 from onbeat.store.queries import load_queries, migrations
@@ -295,6 +296,14 @@ class PostgresStore(SQLStore):
 
     def _lock_shard_map(self, c: Connection) -> None:
         c.execute(self._q["shard_map_lock"])
+
+    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
+        """One statement over the batch as a JSON array: the jobs' INSERT ... RETURNING feeds
+        the events' (a pipelined statement per job cost a keyed batch create about a third of
+        its client CPU, and the jobs were read back after)."""
+        params = {"rows": json.dumps(rows), "now": now, "kind": JobEventKind.CREATED.value}
+        created: list[Row] = c.execute(self._q["jobs_insert_created"], params).fetchall()
+        return created
 
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int

@@ -23,6 +23,7 @@ from typing import Any
 
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
+from onbeat.model import JobEventKind
 from onbeat.settings import DEFAULT_SHARDS
 from onbeat.store.queries import load_queries, migrations
 from onbeat.store.sql_store import Connection, Row, SQLStore
@@ -161,6 +162,16 @@ class SQLiteStore(SQLStore):
                     if statement.strip():
                         c.execute(statement)
                 c.execute("INSERT INTO onbeat_migrations VALUES (?, ?)", (version, self._now_us()))
+
+    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
+        """The jobs, their events, then the jobs read back: SQLite has no data-modifying CTE
+        (and its ``executemany`` costs no round trip)."""
+        c.executemany(Q["job_insert"], rows)
+        created = [row["id"] for row in rows]
+        kind = JobEventKind.CREATED.value
+        c.executemany(Q["job_event_insert"], [{"id": i, "kind": kind, "now": now} for i in created])
+        found: list[Row] = c.execute(Q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
+        return found
 
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int

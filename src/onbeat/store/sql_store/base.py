@@ -157,6 +157,11 @@ class SQLBase:
         """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
         from them, one at a time across processes."""
 
+    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
+        """Insert new jobs (``rows``: ``job_insert``'s parameters) and their creation events;
+        returns the jobs' rows as stored."""
+        raise NotImplementedError
+
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
     ) -> list[Row]:

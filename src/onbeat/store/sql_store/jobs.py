@@ -82,8 +82,8 @@ class JobTransactions(SQLBase):
             return self._create_jobs(news)
 
     def _create_jobs(self, news: Sequence[NewJob]) -> list[CreatedJob]:
-        """Insert the jobs, their creation events, first runs and idempotency keys with one
-        statement each, in one transaction. The batch's keys are looked up first, all at once: a
+        """Insert the jobs with their creation events, their first runs and idempotency keys,
+        in one transaction. The batch's keys are looked up first, all at once: a
         key already stored replays its job, and a key repeated within the batch replays the job
         its first use makes (both only for the same submission)."""
         now = self.now()
@@ -119,7 +119,7 @@ class JobTransactions(SQLBase):
                 if first:
                     firsts.append((row["id"], row["shard"], new.priority, first))
                 answers.append((row["id"], False))
-            c.executemany(self._q["job_insert"], rows)
+            jobs_rows = self._insert_jobs(c, rows, to_us(now))
             if keys:
                 # Of concurrent submissions under one key, the others wait for the first to
                 # commit and insert nothing: rolled back, the retry replays the first's job.
@@ -127,16 +127,7 @@ class JobTransactions(SQLBase):
                 inserted = c.execute(self._q["idempotency_keys_insert"], params).fetchall()
                 if len(inserted) < len(keys):
                     raise _KeyTaken
-            created = [row["id"] for row in rows]
-            c.executemany(
-                self._q["job_event_insert"],
-                [
-                    {"id": job_id, "kind": JobEventKind.CREATED.value, "now": to_us(now)}
-                    for job_id in created
-                ],
-            )
             self._insert_planned(c, firsts, new_jobs=True)
-            jobs_rows = c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
         jobs = {r["id"]: job_of(r) for r in jobs_rows}
         return [
             CreatedJob(a, replayed=True)

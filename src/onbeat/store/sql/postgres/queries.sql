@@ -4,14 +4,32 @@
 -- Under READ COMMITTED, the reads a decision rests on lock what they read (FOR UPDATE / FOR SHARE)
 -- and every UPDATE re-checks its conditions, so a concurrent writer waits or loses, never both win.
 
--- name: job_insert
-INSERT INTO jobs (id, tenant, task, params, schedule_kind, schedule_expression, schedule_at,
-                  timezone, max_attempts, backoff_base, backoff_cap, timeout, overlap, misfire,
-                  catchup_window, priority, jitter, status, next_fire_at, shard, created_at,
-                  updated_at)
-VALUES (:id, :tenant, :task, :params, :schedule_kind, :schedule_expression, :schedule_at,
-        :timezone, :max_attempts, :backoff_base, :backoff_cap, :timeout, :overlap, :misfire,
-        :catchup_window, :priority, :jitter, :status, :next_fire_at, :shard, :now, :now);
+-- name: jobs_insert_created
+-- A batch of new jobs (:rows, a JSON array of job_insert rows as SQLite's) and their creation
+-- events in one statement; the jobs' rows come back as stored, in id order.
+WITH created AS (
+    INSERT INTO jobs (id, tenant, task, params, schedule_kind, schedule_expression, schedule_at,
+                      timezone, max_attempts, backoff_base, backoff_cap, timeout, overlap,
+                      misfire, catchup_window, priority, jitter, status, next_fire_at, shard,
+                      created_at, updated_at)
+    SELECT r.id, r.tenant, r.task, r.params, r.schedule_kind, r.schedule_expression,
+           r.schedule_at, r.timezone, r.max_attempts, r.backoff_base, r.backoff_cap, r.timeout,
+           r.overlap, r.misfire, r.catchup_window, r.priority, r.jitter, r.status,
+           r.next_fire_at, r.shard, :now, :now
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+        id text, tenant text, task text, params text, schedule_kind text,
+        schedule_expression text, schedule_at bigint, timezone text, max_attempts integer,
+        backoff_base double precision, backoff_cap double precision, timeout double precision,
+        overlap text, misfire text, catchup_window double precision, priority integer,
+        jitter double precision, status text, next_fire_at bigint, shard integer)
+    RETURNING *
+), events AS (
+    INSERT INTO job_events (job_id, at, kind, schedule_kind, schedule_expression, schedule_at,
+                            timezone)
+    SELECT id, :now, :kind, schedule_kind, schedule_expression, schedule_at, timezone
+    FROM created
+)
+SELECT * FROM created ORDER BY id;
 
 -- name: job_get
 SELECT * FROM jobs WHERE id = :id;
