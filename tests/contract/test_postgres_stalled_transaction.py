@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -34,6 +35,39 @@ def url() -> Iterator[str]:
         yield url
 
 
+@contextmanager
+def _frozen_transaction(
+    store: PostgresStore, hold: Callable[[Connection], None]
+) -> Iterator[list[BaseException | None]]:
+    """A thread runs ``hold`` in a transaction of ``store``, then freezes (sends nothing more)
+    until the block ends; yields its outcome, filled after the block: what its next statement
+    raised, or None if the transaction committed."""
+    holding, thaw = threading.Event(), threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def freeze() -> None:
+        try:
+            with store._tx() as c:
+                hold(c)
+                holding.set()
+                thaw.wait(5 * TIMEOUT)  # frozen: no statement is sent
+                c.execute("SELECT 1")
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+        holding.set()
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        yield outcome
+    finally:
+        thaw.set()
+        thread.join()
+
+
 def _hold_shard_map(store: PostgresStore, c: Connection) -> None:
     store._lock_shard_map(c)
 
@@ -50,32 +84,12 @@ def test_shard_acquire__a_process_frozen_in_a_transaction_holds_it_up_only_until
 ) -> None:
     frozen = PostgresStore(url, shard_count=SHARDS)
     other = PostgresStore(url, shard_count=SHARDS)
-    holding, thaw = threading.Event(), threading.Event()
-    outcome: list[BaseException | None] = []
-
-    def freeze() -> None:
-        try:
-            with frozen._tx() as c:
-                hold(frozen, c)
-                holding.set()
-                thaw.wait(5 * TIMEOUT)  # frozen: no statement is sent
-                c.execute("SELECT 1")
-        except BaseException as exc:
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-        holding.set()
-
-    thread = threading.Thread(target=freeze)
-    thread.start()
     try:
-        assert holding.wait(5)
-        started = time.monotonic()
-        leases = other.shard_acquire("scheduler-live", 60)
-        took = time.monotonic() - started
+        with _frozen_transaction(frozen, lambda c: hold(frozen, c)) as outcome:
+            started = time.monotonic()
+            leases = other.shard_acquire("scheduler-live", 60)
+            took = time.monotonic() - started
     finally:
-        thaw.set()
-        thread.join()
         frozen.close()
         other.close()
     assert took < TIMEOUT + 2, f"the live scheduler waited {took:.1f} s on the frozen one"
@@ -216,45 +230,29 @@ def test_session_end_stalled__ends_a_session_frozen_after_a_pipeline_its_own_tim
     turns the timer off at every message it reads and on again only at a Sync, so it never
     fires. ``session_end_stalled`` ends such a session too, and its locks go with it."""
     store, frozen = PostgresStore(url), PostgresStore(url)
-    holding, thaw = threading.Event(), threading.Event()
     pid: list[int] = []
-    outcome: list[BaseException | None] = []
 
-    def freeze() -> None:
-        try:
-            with frozen._tx() as c:
-                pid.append(c.execute("SELECT pg_backend_pid()").fetchone()[0])
-                c.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
-                c.executemany("SELECT %(n)s", [{"n": 1}, {"n": 2}])  # a pipeline
-                holding.set()
-                thaw.wait(5 * TIMEOUT)  # frozen: no statement is sent
-                c.execute("SELECT 1")
-        except BaseException as exc:
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-        holding.set()
+    def hold(c: Connection) -> None:
+        pid.append(c.execute("SELECT pg_backend_pid()").fetchone()[0])
+        c.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
+        c.executemany("SELECT %(n)s", [{"n": 1}, {"n": 2}])  # a pipeline
 
-    thread = threading.Thread(target=freeze)
-    thread.start()
     try:
-        assert holding.wait(5)
-        began = time.monotonic()
-        assert store.session_end_stalled() == 0, "ended before it had stalled for long"
-        ended = 0
-        while not ended and time.monotonic() - began < TIMEOUT + 3:
-            ended = store.session_end_stalled()
-            time.sleep(0.05)
-        took = time.monotonic() - began
-        with psycopg.connect(url, autocommit=True) as observer:
-            left = observer.execute(
-                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s),"
-                " (SELECT count(*) FROM pg_locks WHERE pid = %(pid)s)",
-                {"pid": pid[0]},
-            ).fetchone()
+        with _frozen_transaction(frozen, hold) as outcome:
+            began = time.monotonic()
+            assert store.session_end_stalled() == 0, "ended before it had stalled for long"
+            ended = 0
+            while not ended and time.monotonic() - began < TIMEOUT + 3:
+                ended = store.session_end_stalled()
+                time.sleep(0.05)
+            took = time.monotonic() - began
+            with psycopg.connect(url, autocommit=True) as observer:
+                left = observer.execute(
+                    "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s),"
+                    " (SELECT count(*) FROM pg_locks WHERE pid = %(pid)s)",
+                    {"pid": pid[0]},
+                ).fetchone()
     finally:
-        thaw.set()
-        thread.join()
         frozen.close()
         store.close()
     assert left == (0, 0), "the frozen session, or a lock of it, is still there"
