@@ -119,7 +119,7 @@ class JobTransactions(SQLBase):
                 if first:
                     firsts.append((row["id"], row["shard"], new.priority, first))
                 answers.append((row["id"], False))
-            jobs_rows = self._insert_jobs(c, rows, to_us(now))
+            jobs_rows = self._insert_jobs(c, rows, to_us(now)) if rows else []
             if keys:
                 # Of concurrent submissions under one key, the others wait for the first to
                 # commit and insert nothing: rolled back, the retry replays the first's job.
