@@ -36,6 +36,16 @@ def query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
 
 
+def _released_at(database_url: str, pid: int) -> list[float]:
+    """When (wall seconds, the store's clock) each attempt the worker ``pid`` released ended."""
+    rows = query(
+        database_url,
+        "SELECT finished_at FROM attempts"
+        f" WHERE outcome = 'released' AND worker LIKE '%-{pid}-%' AND finished_at IS NOT NULL",
+    )
+    return [int(row[0]) / 1e6 for row in rows]
+
+
 def read_runs(database_url: str) -> list[RunRecord]:
     rows = query(
         database_url, "SELECT id, job_id, shard, scheduled_for, trigger, status FROM executions"
@@ -275,6 +285,7 @@ def check(
 
     detect: list[float] = []
     release: list[float] = []
+    restart: list[float] = []
     for event in seen.timeline:
         again = [
             entry["wall"] - event.wall
@@ -282,10 +293,15 @@ def check(
             for entry in starts.get(eid, [])
             if entry["pid"] != event.pid and entry["wall"] > event.wall
         ]
-        if again:
-            # A worker a poison run took down within its grace released nothing: a crash's.
-            graceful = event.fault == "kill -TERM" and event.exit_code in (0, None)
-            (release if graceful else detect).append(min(again))
+        # A worker a poison run took down within its grace released nothing: a crash's.
+        graceful = event.fault == "kill -TERM" and event.exit_code in (0, None)
+        if graceful:
+            # The promise is the release (the store's record of it), not how soon another worker
+            # is alive to take the run: S3's poison runs may have taken every other one down.
+            release += [at - event.wall for at in _released_at(database_url, event.pid)]
+            restart += [min(again)] if again else []
+        elif again:
+            detect.append(min(again))
 
     fenced = _count_log_lines(seen.logs, FENCED_LOG_LINES)
     metrics: dict[str, Any] = {
@@ -331,6 +347,8 @@ def check(
     }
     if release:
         metrics |= {"t_release_p99": percentile(release, 0.99), "t_release_max": max(release)}
+    if restart:
+        metrics["t_restart_after_term_max"] = max(restart)
     if poison_jobs:
         metrics |= _poison_metrics(database_url, poison_jobs, len(seen.deaths))
     checks = {
