@@ -305,6 +305,15 @@ class PostgresStore(SQLStore):
         created: list[Row] = c.execute(self._q["jobs_insert_created"], params).fetchall()
         return created
 
+    def _insert_runs(
+        self, c: Connection, rows: Sequence[Mapping[str, Any]], new_jobs: bool
+    ) -> set[str]:
+        """One statement over the batch as a JSON array; its ``RETURNING`` says which were
+        inserted (a pipelined statement per run, then a read of which exist, cost a dispatch
+        page a round of parse, bind and execute per run)."""
+        found = c.execute(self._q["executions_insert_many"], {"rows": json.dumps(rows)})
+        return {r[0] for r in found}
+
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
     ) -> list[Row]:

@@ -163,6 +163,17 @@ class SQLiteStore(SQLStore):
                         c.execute(statement)
                 c.execute("INSERT INTO onbeat_migrations VALUES (?, ?)", (version, self._now_us()))
 
+    def _insert_runs(
+        self, c: Connection, rows: Sequence[Mapping[str, Any]], new_jobs: bool
+    ) -> set[str]:
+        """``executemany`` (no round trip in SQLite), then which were inserted, unless the jobs
+        are new."""
+        c.executemany(Q["execution_insert"], rows)
+        ids = [row["id"] for row in rows]
+        if new_jobs:
+            return set(ids)
+        return {r[0] for r in c.execute(Q["executions_existing"], {"ids": json.dumps(ids)})}
+
     def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
         """The jobs, their events, then the jobs read back: SQLite has no data-modifying CTE
         (and its ``executemany`` costs no round trip)."""

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from onbeat.model import ExecutionStatus, JobStatus, MisfirePolicy
 from onbeat.queue.base import QueueItem
+from onbeat.schedule import Schedule
 from onbeat.store.base import DispatchParams, ShardLeases, Store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import (
@@ -178,6 +179,25 @@ class DispatchContract:
             assert _job(store, job.id).next_fire_at == nxt
             assert _dispatch(store) == []
         assert len(_runs(store, job.id)) == 2
+
+    def test_execution_dispatch__a_page_of_jobs_plans_each_its_own_next_fire(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """One pass over many jobs writes their next runs and next fire times as a batch: each
+        job gets its own, none another's. (Every schedule fires next at minute 1.)"""
+        expressions = ["* * * * *", "1 * * * *", "1 12 * * *", "1,31 * * * *", "1-59/7 * * * *"]
+        jobs = [store.job_create(_cron(e)).job for e in expressions]
+        firsts = [_only_run(store, job.id) for job in jobs]
+        assert len({run.scheduled_for for run in firsts}) == 1
+        clock.advance((firsts[0].scheduled_for - clock.now()).total_seconds() - 5)
+        assert _ids(_dispatch(store)) == _ids(firsts)
+        for job, expression, first in zip(jobs, expressions, firsts, strict=True):
+            head = Schedule.parse(cron=expression).next_fire_after(first.scheduled_for)
+            scheduled = [
+                r for r in _pending(store, job.id) if r.status is ExecutionStatus.SCHEDULED
+            ]
+            assert [r.scheduled_for for r in scheduled] == [head], expression
+            assert _job(store, job.id).next_fire_at == head, expression
 
     def test_execution_dispatch__every_second_cron_fills_window_in_one_call(
         self, store: Store, clock: FakeClock

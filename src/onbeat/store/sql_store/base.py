@@ -162,6 +162,15 @@ class SQLBase:
         returns the jobs' rows as stored."""
         raise NotImplementedError
 
+    def _insert_runs(
+        self, c: Connection, rows: Sequence[Mapping[str, Any]], new_jobs: bool
+    ) -> set[str]:
+        """Insert runs (``rows``: ``execution_insert``'s parameters), none for a job, fire time
+        and trigger that has a run already, in the hot table or the history; returns the ids
+        inserted. ``new_jobs``: the jobs were inserted in this transaction (no run of theirs
+        exists)."""
+        raise NotImplementedError
+
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
     ) -> list[Row]:
@@ -275,8 +284,8 @@ class SQLBase:
         if not planned_runs:
             return set()
         now = self._now_us()
-        c.executemany(
-            self._q["execution_insert"],
+        inserted = self._insert_runs(
+            c,
             [
                 {
                     "id": run.id,
@@ -293,13 +302,8 @@ class SQLBase:
                 }
                 for job_id, shard, priority, run in planned_runs
             ],
+            new_jobs,
         )
-        ids = [run.id for *_, run in planned_runs]
-        if new_jobs:
-            inserted = set(ids)
-        else:
-            found = c.execute(self._q["executions_existing"], {"ids": json.dumps(ids)})
-            inserted = {r[0] for r in found}
         self._alert_skips(
             c,
             [

@@ -111,21 +111,27 @@ FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS t(id)
 WHERE j.id = t.id AND j.schedule_kind != 'cron'
   AND j.status NOT IN ('paused', 'cancelled', 'completed');
 
--- name: execution_insert
+-- name: executions_insert_many
+-- New runs (:rows, a JSON array of SQLite's execution_insert rows) in one statement, in the
+-- order given; returns the ids inserted. Idempotent on (job_id, scheduled_for, trigger): two
+-- schedulers planning the same fire insert one row, and a fire time in the history gets none.
 INSERT INTO runs (id, job_id, shard, trigger, scheduled_for, due_at, status, priority, reason,
-                   catchup, created_at, queued_at, finished_at)
-SELECT :id, :job_id, :shard, :trigger, :scheduled_for, :due_at, :status, :priority,
-       :reason, :catchup, :now, CASE WHEN CAST(:status AS text) = 'queued' THEN :now END,
-       CASE WHEN CAST(:status AS text) IN ('skipped', 'cancelled') THEN :now END
+                  catchup, created_at, queued_at, finished_at)
+SELECT r.id, r.job_id, r.shard, r.trigger, r.scheduled_for, r.due_at, r.status, r.priority,
+       r.reason, r.catchup, r.now, CASE WHEN r.status = 'queued' THEN r.now END,
+       CASE WHEN r.status IN ('skipped', 'cancelled') THEN r.now END
+FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb)) AS (
+         id text, job_id text, shard integer, trigger text, scheduled_for bigint,
+         due_at bigint, status text, priority integer, reason text, catchup boolean,
+         now bigint))
+     WITH ORDINALITY AS r(id, job_id, shard, trigger, scheduled_for, due_at, status, priority,
+                          reason, catchup, now, position)
 WHERE NOT EXISTS (SELECT 1 FROM execution_history h
-                  WHERE h.job_id = :job_id AND h.scheduled_for = :scheduled_for
-                    AND h.trigger = :trigger)
-ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING;
-
--- name: executions_existing
--- Driven by the ids (runs_pkey, = ANY of an array): as IN (...) the planner hashes them against
--- a scan of every run, once per dispatch page.
-SELECT id FROM runs WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))));
+                  WHERE h.job_id = r.job_id AND h.scheduled_for = r.scheduled_for
+                    AND h.trigger = r.trigger)
+ORDER BY r.position
+ON CONFLICT (job_id, scheduled_for, trigger) DO NOTHING
+RETURNING id;
 
 -- name: execution_get
 SELECT * FROM executions WHERE id = :id;
