@@ -16,6 +16,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -157,3 +158,64 @@ def test_explained__measures_a_statement_that_reads_the_whole_store() -> None:
 
     small, large = (_buffers(jobs, False, read_whole, {whole: "whole"}) for jobs in (SMALL, LARGE))
     assert large["whole"] > GROWTH * small["whole"] + SLACK, (small, large)
+
+
+HERD = 2_000
+
+
+@contextmanager
+def _stats_flushed_after(name: str) -> Iterator[None]:
+    """While inside, a session that sends statement ``name`` reports its table statistics as
+    soon as its transaction ends (PostgreSQL 15 otherwise holds them up to a second)."""
+    sql = postgres_store.postgres_queries()[name]
+    original = postgres_store._Connection.execute
+
+    def execute(self: Any, text: str, parameters: Mapping[str, Any] | None = None, /) -> Any:
+        cursor = original(self, text, parameters)  # its rows are on the client already
+        if text == sql:
+            self._conn.execute("SELECT pg_stat_force_next_flush()")
+        return cursor
+
+    postgres_store._Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        postgres_store._Connection.execute = original  # type: ignore[method-assign]
+
+
+def _rows_scanned(admin: psycopg.Connection[Any], table: str) -> int:
+    row = admin.execute(
+        "SELECT seq_tup_read FROM pg_stat_user_tables"
+        " WHERE relname = %s AND schemaname = current_schema()",
+        (table,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_dispatch__a_herd_after_polls_of_an_empty_store_reads_each_job_once_at_most() -> None:
+    """A scheduler polls for due runs from its start, on a store still empty; psycopg prepares a
+    statement on its sixth call, and from its own sixth call of it the server keeps a generic
+    plan, made then. The herd that
+    follows (S8-full: 6,000 runs due at one instant, 6 s to dispatch) must meet a plan made for
+    the tables it finds: the one kept from the empty store scanned every job once per run."""
+    clock = FakeClock()
+    with store_schema() as url:
+        store = open_store(url, clock, shard_count=SHARDS)
+        try:
+            with psycopg.connect(url, autocommit=True) as admin:
+                for table in ("jobs", "runs"):
+                    admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+                params = DispatchParams(store.shard_acquire("scheduler", 30.0), 10.0, 60.0, 5000)
+                for _ in range(20):  # prepared on the 6th; generic from the server's 6th on
+                    assert store.execution_dispatch(params) == []
+                due = Schedule.parse(at=clock.now() + timedelta(seconds=5))
+                for _ in range(HERD // 1000):
+                    store.job_create_many([NewJob("record", {}, due) for _ in range(1000)])
+                before = _rows_scanned(admin, "jobs")
+                with _stats_flushed_after("execution_dispatch_candidates"):
+                    assert len(store.execution_dispatch(params)) == HERD
+                scanned = _rows_scanned(admin, "jobs") - before
+            assert scanned <= HERD, f"the dispatch of {HERD:,} runs scanned {scanned:,} job rows"
+        finally:
+            store.close()

@@ -165,6 +165,18 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
     return partial(Row, index)
 
 
+PLANNED_EVERY_CALL = frozenset({"execution_dispatch_candidates"})
+"""Statements never prepared, so each call is planned for the tables as they are then. psycopg
+prepares a statement on its sixth call, and the server keeps that generic plan until the tables
+are next analyzed. The scheduler polls for due runs every ``poll_interval`` from the moment it
+starts, on a store still empty: the plan it then kept read every job once per run (a nested
+loop over a scan of ``jobs``), and the first herd after a deploy (S8-full: 6,000 runs due at
+one instant) waited 6 s for its dispatch, 34 ms planned for the tables it met. Planning costs
+this statement 1-3 ms a call."""
+
+_PLANNED_EVERY_CALL_SQL = frozenset(postgres_queries()[name] for name in PLANNED_EVERY_CALL)
+
+
 class _Connection:
     """A psycopg connection with sqlite3's ``execute``/``executemany`` shape."""
 
@@ -172,6 +184,8 @@ class _Connection:
         self._conn = conn
 
     def execute(self, sql: str, parameters: Mapping[str, Any] | None = None, /) -> Cursor:
+        if sql in _PLANNED_EVERY_CALL_SQL:
+            return self._conn.execute(sql, parameters, prepare=False)
         return self._conn.execute(sql, parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Mapping[str, Any]], /) -> None:
