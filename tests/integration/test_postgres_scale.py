@@ -115,20 +115,28 @@ def _buffers(
     """The buffers of ``work``'s statements (by default every statement of the store, by name)
     on a store of ``jobs`` cron jobs."""
     clock = FakeClock()
+    with _store_never_vacuumed(clock) as (store, admin):
+        _fill(store, jobs)
+        if analyzed:
+            admin.execute("ANALYZE")
+        if names is None:
+            names = {sql: name for name, sql in store._q.items()}  # type: ignore[attr-defined]
+        with _explained(names) as seen:
+            work(store, clock)
+        return dict(seen)
+
+
+@contextmanager
+def _store_never_vacuumed(clock: FakeClock) -> Iterator[tuple[Store, psycopg.Connection[Any]]]:
+    """A store on an empty schema whose hot tables autovacuum leaves alone (never analyzed
+    unless a test says so), and an admin connection to it."""
     with store_schema() as url:
         store = open_store(url, clock, shard_count=SHARDS)
         try:
             with psycopg.connect(url, autocommit=True) as admin:
                 for table in ("jobs", "runs"):
                     admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-                _fill(store, jobs)
-                if analyzed:
-                    admin.execute("ANALYZE")
-            if names is None:
-                names = {sql: name for name, sql in store._q.items()}  # type: ignore[attr-defined]
-            with _explained(names) as seen:
-                work(store, clock)
-            return dict(seen)
+                yield store, admin
         finally:
             store.close()
 
@@ -196,26 +204,18 @@ def _rows_scanned(admin: psycopg.Connection[Any], table: str) -> int:
 def test_dispatch__a_herd_after_polls_of_an_empty_store_reads_each_job_once_at_most() -> None:
     """A scheduler polls for due runs from its start, on a store still empty; psycopg prepares a
     statement on its sixth call, and from its own sixth call of it the server keeps a generic
-    plan, made then. The herd that
-    follows (S8-full: 6,000 runs due at one instant, 6 s to dispatch) must meet a plan made for
+    plan, made then. The herd that follows (S8-full: 6,000 runs due at one instant, 6 s to dispatch) must meet a plan made for
     the tables it finds: the one kept from the empty store scanned every job once per run."""
     clock = FakeClock()
-    with store_schema() as url:
-        store = open_store(url, clock, shard_count=SHARDS)
-        try:
-            with psycopg.connect(url, autocommit=True) as admin:
-                for table in ("jobs", "runs"):
-                    admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-                params = DispatchParams(store.shard_acquire("scheduler", 30.0), 10.0, 60.0, 5000)
-                for _ in range(20):  # prepared on the 6th; generic from the server's 6th on
-                    assert store.execution_dispatch(params) == []
-                due = Schedule.parse(at=clock.now() + timedelta(seconds=5))
-                for _ in range(HERD // 1000):
-                    store.job_create_many([NewJob("record", {}, due) for _ in range(1000)])
-                before = _rows_scanned(admin, "jobs")
-                with _stats_flushed_after("execution_dispatch_candidates"):
-                    assert len(store.execution_dispatch(params)) == HERD
-                scanned = _rows_scanned(admin, "jobs") - before
-            assert scanned <= HERD, f"the dispatch of {HERD:,} runs scanned {scanned:,} job rows"
-        finally:
-            store.close()
+    with _store_never_vacuumed(clock) as (store, admin):
+        params = DispatchParams(store.shard_acquire("scheduler", 30.0), 10.0, 60.0, 5000)
+        for _ in range(20):  # prepared on the 6th; generic from the server's 6th on
+            assert store.execution_dispatch(params) == []
+        due = Schedule.parse(at=clock.now() + timedelta(seconds=5))
+        for _ in range(HERD // 1000):
+            store.job_create_many([NewJob("record", {}, due) for _ in range(1000)])
+        before = _rows_scanned(admin, "jobs")
+        with _stats_flushed_after("execution_dispatch_candidates"):
+            assert len(store.execution_dispatch(params)) == HERD
+        scanned = _rows_scanned(admin, "jobs") - before
+    assert scanned <= HERD, f"the dispatch of {HERD:,} runs scanned {scanned:,} job rows"
