@@ -43,9 +43,9 @@ class SwitchableQueue(MemoryDelayQueue):
         self._refuse()
         await super().enqueue(items)
 
-    async def claim_due(self, limit: int) -> list[str]:
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
         self._refuse()
-        return await super().claim_due(limit)
+        return await super().claim_due(limit, ahead)
 
     async def missing(self, execution_ids: Sequence[str]) -> list[str]:
         self._refuse()
@@ -55,9 +55,9 @@ class SwitchableQueue(MemoryDelayQueue):
         self._refuse()
         return await super().next_due_at()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ahead: float = 0.0) -> None:
         self._refuse()
-        await super().wait(timeout)
+        await super().wait(timeout, ahead)
 
 
 class CountingTable(TableDelayQueue):
@@ -65,9 +65,9 @@ class CountingTable(TableDelayQueue):
 
     reads = 0
 
-    async def claim_due(self, limit: int) -> list[str]:
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
         self.reads += 1
-        return await super().claim_due(limit)
+        return await super().claim_due(limit, ahead)
 
     async def next_due_at(self) -> datetime | None:
         self.reads += 1
@@ -141,7 +141,7 @@ async def test_failover__both_down_raises_so_the_worker_backs_off(
     primary.down = True
     await queue.claim_due(1)  # learns the primary is down
 
-    async def refused(limit: int) -> list[str]:
+    async def refused(limit: int, ahead: float = 0.0) -> list[str]:
         raise QueueUnavailableError("fallback is down (test)")
 
     fallback.claim_due = refused  # type: ignore[method-assign]

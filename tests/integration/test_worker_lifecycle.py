@@ -49,20 +49,20 @@ async def test_worker__stop_during_a_claim_releases_what_the_claim_started(node:
     class GatedClaims(_StoreProxy):
         entered, gate, returned = threading.Event(), threading.Event(), threading.Event()
 
-        def execution_claim(self, *args: Any) -> ClaimResult:
+        def execution_claim(self, *args: Any, **kwargs: Any) -> ClaimResult:
             self.entered.set()
             self.gate.wait(5)
             try:
-                return self._store.execution_claim(*args)
+                return self._store.execution_claim(*args, **kwargs)
             finally:
                 self.returned.set()
 
     class ClaimerQueue(_QueueProxy):
         claimers: list[asyncio.Task[Any]] = []
 
-        async def claim_due(self, limit: int) -> list[str]:
+        async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
             self.claimers.append(cast(asyncio.Task[Any], asyncio.current_task()))
-            return await self._queue.claim_due(limit)
+            return await self._queue.claim_due(limit, ahead)
 
     job = node.app.schedule("record", max_attempts=1)
     await node.dispatch()
@@ -95,9 +95,9 @@ async def test_worker__started_run_is_run_although_requeueing_the_not_due_ones_f
     later = node.execution(later_job.id)
 
     class BrokenRequeue(_QueueProxy):
-        async def claim_due(self, limit: int) -> list[str]:
+        async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
             # The queue released ``later`` early (its clock runs ahead of the store's).
-            return [*(await self._queue.claim_due(limit)), later.id]
+            return [*(await self._queue.claim_due(limit, ahead)), later.id]
 
         async def enqueue(self, items: Sequence[QueueItem]) -> None:
             raise RuntimeError("queue unavailable")
@@ -127,13 +127,13 @@ async def test_worker__claim_loop_claims_again_at_once_after_ids_it_could_not_st
     class StaleFirst(_QueueProxy):
         calls: list[str] = []
 
-        async def claim_due(self, limit: int) -> list[str]:
+        async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
             self.calls.append("claim")
-            return [stale] if len(self.calls) == 1 else await self._queue.claim_due(limit)
+            return [stale] if len(self.calls) == 1 else await self._queue.claim_due(limit, ahead)
 
-        async def wait(self, timeout: float) -> None:
+        async def wait(self, timeout: float, ahead: float = 0.0) -> None:
             self.calls.append("wait")
-            await self._queue.wait(timeout)
+            await self._queue.wait(timeout, ahead)
 
     queue = StaleFirst(node)
     worker = node.new_worker(queue=queue)
@@ -182,11 +182,11 @@ async def test_worker__claim_loop_that_fails_is_logged_and_restarted(
     class FailsOnce(_QueueProxy):
         failed = asyncio.Event()
 
-        async def wait(self, timeout: float) -> None:
+        async def wait(self, timeout: float, ahead: float = 0.0) -> None:
             if not self.failed.is_set():
                 self.failed.set()
                 raise RuntimeError("queue connection lost")
-            await self._queue.wait(timeout)
+            await self._queue.wait(timeout, ahead)
 
     queue = FailsOnce(node)
     worker = node.new_worker(queue=queue)

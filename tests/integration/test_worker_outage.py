@@ -41,12 +41,12 @@ async def test_worker__store_outage_backs_off_keeps_the_runs_and_recovers(
     attempts = 0
     down = True
 
-    def claim(ids: Sequence[str], *args: Any) -> ClaimResult:
+    def claim(ids: Sequence[str], *args: Any, **kwargs: Any) -> ClaimResult:
         nonlocal attempts
         attempts += 1
         if down:
             raise StoreUnavailableError("connection to the store lost")
-        return real_claim(ids, *args)
+        return real_claim(ids, *args, **kwargs)
 
     monkeypatch.setattr(node.app.store, "execution_claim", claim)
     stop = asyncio.Event()
@@ -94,12 +94,12 @@ async def test_worker__queue_outage_backs_off_and_recovers(
     attempts = 0
     down = True
 
-    async def claim_due(limit: int) -> list[str]:
+    async def claim_due(limit: int, ahead: float = 0.0) -> list[str]:
         nonlocal attempts
         attempts += 1
         if down:
             raise QueueUnavailableError("connection to the queue lost")
-        return await real_claim_due(limit)
+        return await real_claim_due(limit, ahead)
 
     monkeypatch.setattr(node.queue, "claim_due", claim_due)
     stop = asyncio.Event()

@@ -7,10 +7,13 @@ lose data (Redis restarted without persistence) without losing runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
+
+from onbeat.errors import ValidationError
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,18 +27,27 @@ class QueueItem:
     are hash-tagged by it); ``claim_due`` and ``missing`` still span every shard."""
 
 
+def horizon(ahead: float) -> timedelta:
+    """``ahead`` (seconds) as checked by ``claim_due`` and ``wait``: one rule, and one rounding
+    to microseconds, for every backend. NaN or infinity would fail later and less clearly."""
+    if not (math.isfinite(ahead) and ahead >= 0):
+        raise ValidationError("ahead", f"must be a finite number of seconds >= 0, got {ahead!r}")
+    return timedelta(seconds=ahead)
+
+
 class DelayQueue(Protocol):
     async def enqueue(self, items: Sequence[QueueItem]) -> None:
         """Add items; idempotent on ``execution_id`` (one copy is kept, with the newest due_at/priority)."""
         ...
 
-    async def claim_due(self, limit: int) -> list[str]:
-        """Atomically remove and return up to ``limit`` ids whose due time has come.
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
+        """Atomically remove and return up to ``limit`` ids due by now + ``ahead`` seconds.
 
         Highest priority first, then earliest ``due_at`` (a backend that keeps shards apart,
         like Redis, orders by ``due_at`` within each shard and spreads a claim over the shards
         of a tier). An id is returned to one caller only, across processes if the backend is
-        shared.
+        shared. ``ahead`` (>= 0, else ``ValidationError``) lets a worker take ids a little
+        early and start each by a local timer at its due time; 0 claims only what is due.
         """
         ...
 
@@ -52,9 +64,10 @@ class DelayQueue(Protocol):
         """The earliest due time waiting, or None when empty."""
         ...
 
-    async def wait(self, timeout: float) -> None:
-        """Return once an item may be due (the earliest due time came, or new items arrived),
-        or after ``timeout`` seconds, whichever is first. Lets workers sleep exactly."""
+    async def wait(self, timeout: float, ahead: float = 0.0) -> None:
+        """Return once an item may be due within ``ahead`` seconds (the earliest due time minus
+        ``ahead`` came, or new items arrived), or after ``timeout`` seconds, whichever is first.
+        Lets workers sleep exactly; pass ``claim_due``'s ``ahead``. Negative: ``ValidationError``."""
         ...
 
     async def size(self) -> int:

@@ -43,7 +43,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
-from onbeat.queue.base import DelayQueue, QueueItem
+from onbeat.queue.base import DelayQueue, QueueItem, horizon
 from onbeat.queue.table import TableDelayQueue
 
 __all__ = ["FailoverDelayQueue"]
@@ -128,24 +128,25 @@ class FailoverDelayQueue:
                 return
         await self._fallback.enqueue(items)  # its notification wakes the waiters (_heard)
 
-    async def claim_due(self, limit: int) -> list[str]:
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
         if limit < 0:
             raise ValidationError("limit", f"must be >= 0, got {limit}")
+        early = horizon(ahead)
         await self._start()
         if limit == 0:
             return []
         claimed: list[str] = []
         fallback_error: QueueUnavailableError | None = None
-        if self._fallback_may_be_due():
+        if self._fallback_may_be_due(early):
             try:
-                claimed = await self._claim_fallback(limit)
+                claimed = await self._claim_fallback(limit, ahead)
             except QueueUnavailableError as error:
                 fallback_error = error
         if len(claimed) >= limit:
             return claimed
         if self._primary_usable():
             done, ids = await self._on_primary(
-                lambda: self._primary.claim_due(limit - len(claimed)), limit
+                lambda: self._primary.claim_due(limit - len(claimed), ahead), limit
             )
             if done:
                 return claimed + (ids or [])
@@ -191,17 +192,20 @@ class FailoverDelayQueue:
             total += held or 0
         return total
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ahead: float = 0.0) -> None:
+        early = horizon(ahead)
         if self._closed:
             return
         start = self._clock.monotonic()  # before any I/O: time spent reading counts
         woken = asyncio.Event()
         # Registered before any await: every later enqueue (or change of the primary) wakes it.
-        self._wakers[woken] = self._clock.now() + timedelta(seconds=min(max(timeout, 0.0), 1e7))
+        # Kept as a due time: an arrival due before the timeout's end + ahead wakes it.
+        end = self._clock.now() + timedelta(seconds=min(max(timeout, 0.0), 1e7))
+        self._wakers[woken] = end + early
         try:
             try:
                 await self._start()
-                if self._fallback_may_be_due() and not self._fallback_known:
+                if self._fallback_may_be_due(early) and not self._fallback_known:
                     await self._read_fallback()
             except QueueUnavailableError:
                 pass  # the fallback's retry time says when to look again
@@ -210,7 +214,7 @@ class FailoverDelayQueue:
                     return
                 raise
             now = self._clock.monotonic()
-            span = min(max(timeout, 0.0) - (now - start), self._fallback_look_at() - now)
+            span = min(max(timeout, 0.0) - (now - start), self._fallback_look_at(early) - now)
             if span <= 0 or woken.is_set():
                 await asyncio.sleep(0)  # something may be due: still yield, so a caller cannot spin
                 return
@@ -220,7 +224,7 @@ class FailoverDelayQueue:
                     # Bounded on the clock too: a primary stuck in I/O must not hold a worker
                     # (and the fallback's runs) past its span.
                     limit = self._clock.sleep(left + PRIMARY_TIMEOUT)
-                    error = await _race(self._primary.wait(left), woken, limit)
+                    error = await _race(self._primary.wait(left, ahead), woken, limit)
                     if not isinstance(error, QueueUnavailableError):
                         if error is not None:
                             raise error
@@ -368,13 +372,15 @@ class FailoverDelayQueue:
         self._wake_waiters(due)
 
     def _wake_waiters(self, due: datetime | None) -> None:
-        """Wake the waiters that would sleep past ``due`` (None: all)."""
+        """Wake the waiters that would sleep past ``due`` (None: all); each waiter's deadline
+        is a due time (its timeout's end plus its ``ahead``), compared as is."""
         for woken, deadline in self._wakers.items():
             if due is None or due < deadline:
                 woken.set()
 
-    def _fallback_look_at(self) -> float:
-        """When (monotonic) the fallback should next be looked at."""
+    def _fallback_look_at(self, early: timedelta) -> float:
+        """When (monotonic) the fallback should next be looked at, by a caller that takes ids
+        ``early`` before they are due."""
         now = self._clock.monotonic()
         if now < self._fallback_retry_at:
             return self._fallback_retry_at
@@ -385,17 +391,17 @@ class FailoverDelayQueue:
         recheck = self._fallback_read_at + FALLBACK_RECHECK
         if self._fallback_due is None:
             return recheck
-        until_due = (self._fallback_due - self._clock.now()).total_seconds()
+        until_due = (self._fallback_due - early - self._clock.now()).total_seconds()
         return min(recheck, now + until_due)
 
-    def _fallback_may_be_due(self) -> bool:
-        return self._fallback_look_at() <= self._clock.monotonic()
+    def _fallback_may_be_due(self, early: timedelta) -> bool:
+        return self._fallback_look_at(early) <= self._clock.monotonic()
 
-    async def _claim_fallback(self, limit: int) -> list[str]:
+    async def _claim_fallback(self, limit: int, ahead: float) -> list[str]:
         """Claim from the fallback; if it had fewer than ``limit`` due, learn when its next
         item is due, so that it is not read again before then (or before news)."""
         try:
-            claimed = await self._fallback.claim_due(limit)
+            claimed = await self._fallback.claim_due(limit, ahead)
         except QueueUnavailableError:
             self._fallback_failed()
             raise

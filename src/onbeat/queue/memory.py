@@ -25,7 +25,7 @@ from datetime import datetime
 
 from onbeat.clock import Clock
 from onbeat.errors import ValidationError
-from onbeat.queue.base import QueueItem
+from onbeat.queue.base import QueueItem, horizon
 
 __all__ = ["MemoryDelayQueue"]
 
@@ -93,11 +93,11 @@ class MemoryDelayQueue:
         self._maybe_compact()
         self._wake()
 
-    async def claim_due(self, limit: int) -> list[str]:
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
         self._check_open()
         if limit < 0:
             raise ValidationError("limit", f"must be >= 0, got {limit}")
-        now = self._clock.now()
+        until = self._clock.now() + horizon(ahead)  # due: due_at <= until
         claimed: list[str] = []
         emptied: list[int] = []
         for neg_priority in self._tier_order:
@@ -107,7 +107,7 @@ class MemoryDelayQueue:
             while heap and len(claimed) < limit:
                 due_at, seq, eid = heap[0]
                 if self._is_live(seq, eid):
-                    if due_at > now:
+                    if due_at > until:
                         break
                     del self._entries[eid]
                     claimed.append(eid)
@@ -132,14 +132,15 @@ class MemoryDelayQueue:
     async def next_due_at(self) -> datetime | None:
         return self._earliest_due()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ahead: float = 0.0) -> None:
+        early = horizon(ahead)
         if self._closed:
             return
         arrived = self._arrived  # taken before reading state, so no arrival slips between
         delay = timeout
         due = self._earliest_due()
-        if due is not None:
-            delay = min(delay, (due - self._clock.now()).total_seconds())
+        if due is not None:  # wake when claim_due(ahead=ahead) would first return it
+            delay = min(delay, (due - early - self._clock.now()).total_seconds())
         if delay <= 0:
             # Due already (or no time to wait): still yield, so a caller looping on
             # wait()/claim_due() without free capacity cannot starve the event loop.

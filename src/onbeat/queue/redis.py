@@ -59,7 +59,7 @@ import math
 import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -70,7 +70,7 @@ from redis.retry import Retry
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
-from onbeat.queue.base import QueueItem
+from onbeat.queue.base import QueueItem, horizon
 from onbeat.queue.redis_layout import Keys, from_us, to_us
 from onbeat.queue.redis_scripts import CHUNK, Call, Group, Scripts, ShardReport, chunks
 from onbeat.queue.redis_wake import Waiters, WakeListener
@@ -238,13 +238,17 @@ class RedisDelayQueue:
             await self._scripts.run([self._scripts.index_update(reports), Call(None, publish)])
         self._waiters.arrived(earliest)
 
-    async def claim_due(self, limit: int) -> list[str]:
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
         self._check_open()
         if limit < 0:
             raise ValidationError("limit", f"must be >= 0, got {limit}")
+        early = horizon(ahead)
         if limit == 0:
             return []
-        now = to_us(self._clock.now())
+        current = self._clock.now()
+        # ``until`` bounds what is due; ``now`` stays the clock's: it floors the shards'
+        # versions, which must not run ahead of it (see shard_common.lua).
+        now, until = to_us(current), to_us(current + early)
         claimed: list[str] = []
         reports: list[ShardReport] = []
         try:
@@ -252,7 +256,7 @@ class RedisDelayQueue:
                 keys=[self._keys.index_tiers],
                 args=[
                     self._keys.index_due_prefix,
-                    now,
+                    until,
                     min(PICK_SPARE * limit, ROUND_WIDTH * MAX_ROUNDS),
                 ],
             )
@@ -262,7 +266,9 @@ class RedisDelayQueue:
             for _ in range(MAX_ROUNDS):
                 if not candidates or len(claimed) >= limit:
                     break
-                claimed_now, more = await self._claim_round(candidates, limit - len(claimed), now)
+                claimed_now, more = await self._claim_round(
+                    candidates, limit - len(claimed), now, until
+                )
                 for report, ids in claimed_now:
                     reports.append(report)
                     claimed += ids
@@ -335,12 +341,13 @@ class RedisDelayQueue:
             calls = [Call(None, ["HLEN", self._keys.shard(shard).items]) for shard in shards]
             return sum(await self._scripts.run(calls)) if calls else 0
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ahead: float = 0.0) -> None:
+        early = horizon(ahead)
         if self._closed:
             return
         start = self._clock.monotonic()
         waiter = self._waiters.add()  # before reading anything: no arrival slips in between
-        planning = asyncio.ensure_future(self._plan_wait(start, timeout))
+        planning = asyncio.ensure_future(self._plan_wait(start, timeout, early))
         sleeper: asyncio.Future[None] | None = None
         try:
             await asyncio.wait((planning, waiter.woken), return_when=asyncio.FIRST_COMPLETED)
@@ -427,10 +434,11 @@ class RedisDelayQueue:
             raise self._unavailable(str(error) or type(error).__name__) from error
 
     async def _claim_round(
-        self, candidates: deque[tuple[str, int]], wanted: int, now: int
+        self, candidates: deque[tuple[str, int]], wanted: int, now: int, until: int
     ) -> tuple[list[tuple[ShardReport, list[str]]], list[tuple[str, int]]]:
-        """Claim from the first candidates of the first candidate's tier, ``wanted`` split
-        among them. Returns what each gave, and the candidates that may hold more."""
+        """Claim ids due by ``until`` from the first candidates of the first candidate's tier,
+        ``wanted`` split among them. Returns what each gave, and the candidates that may hold
+        more."""
         tier = candidates[0][0]
         batch: list[tuple[str, int]] = []
         while candidates and candidates[0][0] == tier and len(batch) < min(ROUND_WIDTH, wanted):
@@ -438,7 +446,7 @@ class RedisDelayQueue:
         share, extra = divmod(wanted, len(batch))
         allotments = [share + (i < extra) for i in range(len(batch))]
         groups = [
-            Group(shard, [self._keys.shard(shard).due_prefix, tier, allotment])
+            Group(shard, [self._keys.shard(shard).due_prefix, tier, allotment, until])
             for (_, shard), allotment in zip(batch, allotments, strict=True)
         ]
         out: list[tuple[ShardReport, list[str]]] = []
@@ -450,9 +458,13 @@ class RedisDelayQueue:
                 more.append((tier, report.shard))
         return out, more
 
-    async def _plan_wait(self, start: float, timeout: float) -> tuple[float, float]:
+    async def _plan_wait(
+        self, start: float, timeout: float, early: timedelta
+    ) -> tuple[float, float]:
         """Subscribe (first call), repair if it is time, then read the earliest due time.
-        Returns the monotonic deadline to sleep until and its wall-clock target (us)."""
+        Returns the monotonic deadline to sleep until (``early`` before that due time, at the
+        latest) and the latest due time (us) of an arrival that must wake the waiter sooner:
+        the deadline on the wall clock, plus ``early``."""
         with self._reaching():
             try:
                 await self._listener.until_subscribed(CONNECT_TIMEOUT)
@@ -465,8 +477,8 @@ class RedisDelayQueue:
         mono, now = self._clock.monotonic(), self._clock.now()  # read together, after the I/O
         deadline = start + timeout
         if due is not None:
-            deadline = min(deadline, mono + (due - now).total_seconds())
-        return deadline, to_us(now) + (deadline - mono) * 1e6
+            deadline = min(deadline, mono + (due - early - now).total_seconds())
+        return deadline, to_us(now + early) + (deadline - mono) * 1e6
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep on the injected clock until its monotonic time reaches ``deadline``; reads the

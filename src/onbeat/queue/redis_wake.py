@@ -32,7 +32,8 @@ RECONNECT_BACKOFF_CAP = 5.0
 
 
 class Waiter:
-    """One ``wait()`` call: woken by an arrival due before ``target_us``, or by ``wake_all``."""
+    """One ``wait()`` call: woken by an arrival due by ``target_us`` (its wake time plus its
+    ``ahead``, so both sides compare due times), or by ``wake_all``."""
 
     __slots__ = ("target_us", "woken")
 

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
-from onbeat.queue.base import QueueItem
+from onbeat.queue.base import QueueItem, horizon
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -53,6 +53,7 @@ _MAX_WAIT = 366 * 86400.0
 """Longer timeouts are cut to this, so that they stay integers of microseconds."""
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 log = logging.getLogger("onbeat.queue")
 
 
@@ -93,7 +94,8 @@ class TableDriver(Protocol):
         ...
 
     async def claim(self, now: int, limit: int) -> list[str]:
-        """Delete and return up to ``limit`` ids due at ``now``: priority desc, then due_at."""
+        """Delete and return up to ``limit`` ids due at ``now``: priority desc, then due_at.
+        (``now`` already includes ``claim_due``'s ``ahead``: the SQL only compares.)"""
         ...
 
     async def remove(self, ids: Sequence[str]) -> None: ...
@@ -121,11 +123,14 @@ class _Waiter:
 
     limit: int
     """When its timeout ends (microseconds on the clock)."""
+    ahead: int = 0
+    """Its ``ahead`` in microseconds: an item due at t wakes it at t - ahead. Every time below
+    is such a wake time, so announcements are compared in the same terms."""
     deadline: int | None = None
-    """min(limit, earliest due time it read); None while it is still reading."""
+    """min(limit, earliest due time it read - ahead); None while it is still reading."""
     heard: int | None = None
-    """The earliest due time other processes announced while it was still reading. Those
-    batches may already be in what it reads, so they wake it only if due before its deadline."""
+    """The earliest wake time of what other processes announced while it was still reading.
+    Those batches may already be in what it reads, so they wake it only if before its deadline."""
     woken: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -193,13 +198,14 @@ class TableDelayQueue:
         await self._driver.enqueue(list(latest.values()), earliest)
         self._announce(earliest, local=True)
 
-    async def claim_due(self, limit: int) -> list[str]:
+    async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
         if limit < 0:
             raise ValidationError("limit", f"must be >= 0, got {limit}")
+        early = horizon(ahead)
         await self._ready()
         if limit == 0:
             return []
-        return await self._driver.claim(to_micros(self._clock.now()), limit)
+        return await self._driver.claim(to_micros(self._clock.now() + early), limit)
 
     async def remove(self, execution_ids: Sequence[str]) -> None:
         await self._ready()
@@ -221,11 +227,12 @@ class TableDelayQueue:
         await self._ready()
         return await self._driver.size()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ahead: float = 0.0) -> None:
+        early = horizon(ahead) // _MICROSECOND  # rounded as claim_due rounds it
         if self._closed:
             return
         start = to_micros(self._clock.now())
-        waiter = _Waiter(limit=start + round(min(max(timeout, 0.0), _MAX_WAIT) * 1e6))
+        waiter = _Waiter(limit=start + round(min(max(timeout, 0.0), _MAX_WAIT) * 1e6), ahead=early)
         self._waiters.add(waiter)  # before any await: every later enqueue reaches it
         try:
             try:
@@ -236,7 +243,7 @@ class TableDelayQueue:
                 if self._closed:  # closed under our feet: that releases waiters
                     return
                 raise
-            deadline = waiter.limit if earliest is None else min(waiter.limit, earliest)
+            deadline = waiter.limit if earliest is None else min(waiter.limit, earliest - early)
             waiter.deadline = deadline
             if waiter.heard is not None and waiter.heard < deadline:
                 waiter.woken.set()
@@ -286,7 +293,7 @@ class TableDelayQueue:
             raise error
 
     def _announce(self, due: int | None, *, local: bool) -> None:
-        """Wake the waiters that would sleep past ``due`` (None: everyone).
+        """Wake the waiters that would sleep past ``due`` less their ``ahead`` (None: everyone).
 
         A local enqueue surely happened after every registered waiter began, so it is compared
         with the waiter's timeout even before the waiter has read the table. A remote one may
@@ -300,14 +307,16 @@ class TableDelayQueue:
         for waiter in self._waiters:
             if due is None:
                 waiter.woken.set()
-            elif waiter.deadline is not None:
-                if due < waiter.deadline:
+                continue
+            wake = due - waiter.ahead  # when claim_due(ahead) would first hand it out
+            if waiter.deadline is not None:
+                if wake < waiter.deadline:
                     waiter.woken.set()
             elif local:
-                if due < waiter.limit:
+                if wake < waiter.limit:
                     waiter.woken.set()
-            elif waiter.heard is None or due < waiter.heard:
-                waiter.heard = due
+            elif waiter.heard is None or wake < waiter.heard:
+                waiter.heard = wake
 
     async def _watch(self) -> None:
         """Start relaying other processes' enqueues to the waiters, once. For a notifying

@@ -16,7 +16,10 @@ hang, never part of what is asserted.
 What the suite pins down where ``base.DelayQueue`` is silent: an item is due when
 ``due_at <= clock.now()`` (inclusive); ``due_at`` must be timezone-aware, otherwise the batch is
 refused with ``ValueError`` and nothing is stored; ``claim_due(0)`` returns ``[]`` and a negative
-limit raises ``ValueError``; re-enqueue is last-write-wins (the newest due_at and priority, even
+limit raises ``ValueError``; ``claim_due(n, ahead=a)`` takes what is due by ``clock.now() + a``
+(inclusive too, in the same order) and ``wait(t, ahead=a)`` returns ``a`` seconds before the
+earliest due time, while a negative or NaN ``ahead`` raises ``ValidationError`` naming ``ahead``
+and takes nothing; re-enqueue is last-write-wins (the newest due_at and priority, even
 if later or lower); ``close()`` is idempotent and releases waiters. Order among items with equal
 priority and ``due_at`` is left to the backend. Items carry a ``shard``: ``claim_due``,
 ``missing`` and ``remove`` span every shard and priority is honoured across shards, but due-time
@@ -26,6 +29,7 @@ order is only required within a shard (a backend may spread a claim over the sha
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from onbeat.errors import ValidationError
 from onbeat.queue.base import DelayQueue, QueueItem
 from onbeat.testing.clock import FakeClock
 
@@ -79,6 +84,7 @@ class _Enqueue:
 @dataclass(frozen=True)
 class _Claim:
     limit: int
+    ahead: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ _ops = st.lists(
                 max_size=4,
             ).map(tuple),
         ),
-        st.builds(_Claim, st.integers(0, 4)),
+        st.builds(_Claim, st.integers(0, 4), st.sampled_from([0.0, 0.0, 1.0, 2.5])),
         st.builds(_Remove, st.lists(st.integers(0, _ID_POOL - 1), max_size=3).map(tuple)),
         st.builds(_Advance, st.sampled_from([0.0, 0.5, 1.0, 2.5, 5.0])),
     ),
@@ -191,6 +197,45 @@ class DelayQueueContract:
         clock.advance(10)
         assert await delay_queue.claim_due(1) == ["new-high"]
         assert await delay_queue.claim_due(1) == ["old-low"]
+
+    # -- claiming ahead of the due time --------------------------------------------------------
+
+    async def test_claim_due__ahead_takes_what_falls_due_within_it(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue(
+            [
+                QueueItem("in-3s", _at(clock, 3)),
+                QueueItem("in-1s", _at(clock, 1)),
+                QueueItem("in-2s", _at(clock, 2)),  # exactly now + ahead: inclusive, as at due
+            ]
+        )
+        assert await delay_queue.claim_due(10) == []
+        assert await delay_queue.claim_due(10, ahead=0.0) == []
+        assert await delay_queue.claim_due(10, ahead=2.0) == ["in-1s", "in-2s"]
+        assert await delay_queue.missing(["in-1s", "in-2s", "in-3s"]) == ["in-1s", "in-2s"]
+        assert await delay_queue.claim_due(10, ahead=2.0) == []
+        clock.advance(1)
+        assert await delay_queue.claim_due(10, ahead=2.0) == ["in-3s"]
+        assert await delay_queue.size() == 0
+
+    async def test_claim_due__ahead_keeps_priority_then_due_order(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        # What is due already and what falls due within the horizon are one pool, in the usual
+        # order: a worker claiming ahead still takes the urgent run first, and no overdue run
+        # of a tier waits behind a not-yet-due one of that tier.
+        await delay_queue.enqueue(
+            [
+                QueueItem("soon-low", _at(clock, 1), priority=0),
+                QueueItem("late-low", _at(clock, -5), priority=0),
+                QueueItem("soon-high", _at(clock, 1.5), priority=7),
+                QueueItem("far-high", _at(clock, 60), priority=9),
+            ]
+        )
+        assert await delay_queue.claim_due(1, ahead=2.0) == ["soon-high"]
+        assert await delay_queue.claim_due(10, ahead=2.0) == ["late-low", "soon-low"]
+        assert await delay_queue.next_due_at() == _at(clock, 60)
 
     # -- idempotent enqueue --------------------------------------------------------------------
 
@@ -335,6 +380,26 @@ class DelayQueueContract:
     ) -> None:
         with pytest.raises(ValueError, match="limit"):
             await delay_queue.claim_due(-1)
+
+    async def test_claim_due__negative_ahead_refused_and_takes_nothing(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, -1))])
+        for bad in (-1.0, -1e-6, math.nan):
+            with pytest.raises(ValidationError, match="ahead") as refused:
+                await delay_queue.claim_due(10, ahead=bad)
+            assert refused.value.field == "ahead"
+        assert await delay_queue.size() == 1
+        assert await delay_queue.claim_due(10) == ["e1"]
+
+    async def test_wait__negative_ahead_refused(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, 30))])
+        for bad in (-2.0, math.nan):
+            with pytest.raises(ValidationError, match="ahead") as refused:
+                await asyncio.wait_for(delay_queue.wait(60, ahead=bad), SAFETY_TIMEOUT)
+            assert refused.value.field == "ahead"
 
     async def test_claim_due__concurrent_claimers_never_share_an_id(
         self, delay_queue: DelayQueue, clock: FakeClock
@@ -596,6 +661,42 @@ class DelayQueueContract:
         await asyncio.wait_for(waiter, SAFETY_TIMEOUT)
         assert await delay_queue.claim_due(10) == ["e1"]
 
+    async def test_wait__ahead_wakes_that_long_before_the_earliest_due_time(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, 5)), QueueItem("e2", _at(clock, 8))])
+        waiter = asyncio.create_task(delay_queue.wait(60, ahead=2.0))
+        await _settle()
+        clock.advance(2.9)
+        await _settle()
+        assert not waiter.done()
+        clock.advance(0.1)  # due time 5 s, less 2 s ahead
+        await asyncio.wait_for(waiter, SAFETY_TIMEOUT)
+        assert await delay_queue.claim_due(10) == []
+        assert await delay_queue.claim_due(10, ahead=2.0) == ["e1"]
+
+    async def test_wait__ahead_returns_at_once_when_something_falls_due_within_it(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        await delay_queue.enqueue([QueueItem("e1", _at(clock, 2))])
+        await asyncio.wait_for(delay_queue.wait(60, ahead=2.0), SAFETY_TIMEOUT)
+
+    async def test_wait__ahead_wakes_on_enqueue_due_within_the_timeout_plus_ahead(
+        self, delay_queue: DelayQueue, clock: FakeClock
+    ) -> None:
+        # Due at 11 s, past the 10 s timeout, but claim_due(ahead=2) takes it at 9 s: a backend
+        # that wakes only for arrivals due before it would wake anyway must count the horizon.
+        await delay_queue.enqueue([QueueItem("far", _at(clock, 3600))])
+        waiter = asyncio.create_task(delay_queue.wait(10, ahead=2.0))
+        # Asleep on the clock, so it has read the queue and chosen what may wake it (_settle()
+        # alone can leave a backend that reads over the network still reading: any arrival
+        # wakes it then, and the test would prove nothing).
+        await asyncio.wait_for(clock.until_sleeping(), SAFETY_TIMEOUT)
+        await _settle()
+        assert not waiter.done()
+        await delay_queue.enqueue([QueueItem("near", _at(clock, 11))])  # the clock does not move
+        await asyncio.wait_for(waiter, SAFETY_TIMEOUT)
+
     async def test_wait__times_out(self, delay_queue: DelayQueue, clock: FakeClock) -> None:
         await delay_queue.enqueue([QueueItem("far", _at(clock, 3600))])
         waiter = asyncio.create_task(delay_queue.wait(10))
@@ -708,9 +809,9 @@ class DelayQueueContract:
             for item in batch:
                 model[item.execution_id] = (item.due_at, item.priority)
         elif isinstance(op, _Claim):
-            now = clock.now()
-            due = {eid: (-prio, at) for eid, (at, prio) in model.items() if at <= now}
-            got = await queue.claim_due(op.limit)
+            until = clock.now() + timedelta(seconds=op.ahead)
+            due = {eid: (-prio, at) for eid, (at, prio) in model.items() if at <= until}
+            got = await queue.claim_due(op.limit, ahead=op.ahead)
             assert len(got) == len(set(got)) == min(op.limit, len(due))
             assert set(got) <= set(due)
             keys = [due[eid] for eid in got]

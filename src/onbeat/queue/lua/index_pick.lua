@@ -3,7 +3,8 @@
 -- KEYS[1] = <prefix>:{index}:tiers      ZSET  tier -> tier: every tier some shard holds
 -- ARGV[1] = "<prefix>:{index}:due:"     head key prefix (ZSET of shards per tier, scored by
 --           the earliest due time of that shard's tier, microseconds)
--- ARGV[2] = now, microseconds (the queue's clock)
+-- ARGV[2] = until, microseconds (the queue's clock, plus the claim's "ahead"): a head due by
+--           then is due
 -- ARGV[3] = at most this many pairs
 -- Returns {tier_1, shard_1, tier_2, shard_2, ...}.
 local out, most = {}, tonumber(ARGV[3])
