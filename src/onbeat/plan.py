@@ -279,6 +279,9 @@ class RunningRun:
 @dataclass
 class ClaimPlan:
     start: list[ClaimCandidate] = field(default_factory=list)
+    start_ahead: list[ClaimCandidate] = field(default_factory=list)
+    """Not due yet, but nothing can decide them differently by their due time: claimed now,
+    started by the worker at that time once it confirms them (``execution_confirm``)."""
     catchup: list[str] = field(default_factory=list)
     """Started although their fire time was missed (the misfire policy chose them)."""
     end: list[tuple[ClaimCandidate, ExecutionStatus, str]] = field(default_factory=list)
@@ -296,6 +299,8 @@ def plan_claim(
     now: datetime,
     misfire_grace: float,
     earlier_pending: Mapping[str, tuple[datetime, str]] | None = None,
+    ahead_until: datetime | None = None,
+    first_pending: Mapping[str, str] | None = None,
 ) -> ClaimPlan:
     """Decide, for executions a worker asks to start, which start now; the one place where a run
     starts, so the misfire and overlap policies are applied here whatever path led to it.
@@ -312,6 +317,11 @@ def plan_claim(
       as started now. A late run (due ``BACKLOG_LATENESS`` ago) also waits while ``earlier_pending``
       (job id -> its earliest due pending fire time and run) names an earlier fire time of its job
       that is not in this batch, whatever order the queue hands a backlog out in.
+    - **Ahead** (``ahead_until``): a run due by then is claimed ahead only if its start at its due
+      time depends on nothing that could change until then: it is its job's earliest pending
+      run (``first_pending``: job id -> that run's id), no run of its job is running or claimed
+      before it in this batch (overlap, backlog), and it is not late (no misfire). Any other is
+      handed back as not due, as without a horizon.
     """
     plan = ClaimPlan()
     pending = earlier_pending or {}
@@ -329,6 +339,12 @@ def plan_claim(
             plan.defer.append((run, run.due_at, "held: job paused"))
             continue
         if run.due_at > now:
+            free = not busy.get(run.job_id) and run.job_id not in backlog
+            first = (first_pending or {}).get(run.job_id)
+            if free and first == run.id and ahead_until is not None and run.due_at <= ahead_until:
+                busy.setdefault(run.job_id, []).append(RunningRun(run.id, run.due_at))
+                plan.start_ahead.append(run)
+                continue
             plan.not_due.append(run)
             continue
         catchup = run.catchup

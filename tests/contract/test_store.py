@@ -18,6 +18,7 @@ from onbeat.testing.postgres import store_schema
 from onbeat.testing.store_contract import SHARD_COUNT, StoreFactory, StoreOpener
 from onbeat.testing.store_contract_alerts import AlertContract
 from onbeat.testing.store_contract_claim import ClaimContract
+from onbeat.testing.store_contract_claim_ahead import ClaimAheadContract
 from onbeat.testing.store_contract_concurrency import ConcurrencyContract
 from onbeat.testing.store_contract_dashboard import DashboardReadsContract
 from onbeat.testing.store_contract_dead_letters import DeadLetterContract
@@ -85,6 +86,7 @@ class TestStore(
     JobChangesContract,
     DispatchContract,
     ClaimContract,
+    ClaimAheadContract,
     FinishContract,
     DeadLetterContract,
     FencingContract,

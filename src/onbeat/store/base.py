@@ -381,6 +381,8 @@ class Store(Protocol):
         misfire_grace: float,
         limits: LimitDefaults = NO_LIMITS,
         max_starts: int | None = None,
+        ahead: float = 0.0,
+        max_ahead: int = 0,
     ) -> ClaimResult:
         """Flip queued executions to running with a lease and a new fencing token, as
         ``plan.plan_claim`` decides: the misfire policy for first starts later than
@@ -395,11 +397,32 @@ class Store(Protocol):
         whether or not a limit applies. At most ``max_starts`` runs start (the caller's free
         places); others that could are handed back as they were.
 
+        ``ahead`` > 0: up to ``max_ahead`` runs due within ``ahead`` seconds are *claimed ahead*
+        when nothing can decide their start differently by their due time (``plan_claim``: its
+        job's earliest pending run, nothing of its job running, not under any limit): running
+        under the lease (counted in flight, heartbeated) but not started (``started_at`` None,
+        no attempt, the token unchanged). The caller starts them at their due time only after
+        ``execution_confirm``. An edit of the schedule or a cancel of the job makes them pending
+        again first; a pause fails their confirm; the reaper queues them again without counting
+        an attempt; ``execution_release`` gives them back the same way.
+
         Concurrency: each run is started by one caller only (queued at write time); the overlap
         check sees every run a claim committed first (a per-job lock), so overlap=skip holds; a
         claim under a limit locks the counters it decides on (the fleet's, then its tenants' by
         name) until it commits, so two claims never both take the last place under a cap or the
         same slot."""
+        ...
+
+    def execution_confirm(self, owner: str, held: Mapping[str, int]) -> dict[str, int]:
+        """Start runs ``owner`` claimed ahead (``held``: id -> the token of the claim) now that
+        they are due: each still claimed ahead by it under that token, its job active. Its
+        attempt begins (``started_at``, attempt, a new fencing token); returns id -> new token.
+        A run missing from the answer must not start (cancelled, edited away, job paused, lost):
+        the caller releases what it still holds.
+
+        Concurrency: conditional per run at write time, in one statement: of a confirm and a
+        cancel or edit of the job, the first to commit wins; a heartbeat or release with the old
+        token after it finds nothing."""
         ...
 
     def tenant_limits_set(self, tenant: str, limits: TenantLimits) -> None:

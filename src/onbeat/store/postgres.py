@@ -339,6 +339,18 @@ class PostgresStore(SQLStore):
         rows: list[Row] = c.execute(self._q["execution_start_many"], params).fetchall()
         return rows
 
+    def _confirm_runs(
+        self, c: Connection, owner: str, held: Mapping[str, int], now: int
+    ) -> dict[str, int]:
+        """One statement: the runs' UPDATE ... RETURNING feeds the attempts' INSERT."""
+        if not held:
+            return {}
+        params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
+        return {
+            r["id"]: r["fencing_token"]
+            for r in c.execute(self._q["execution_confirm_many"], params)
+        }
+
     def _sweep_rows(
         self, owned: list[int], before: int, limit: int, after: SweepCursor | None
     ) -> list[Row]:

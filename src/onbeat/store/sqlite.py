@@ -207,6 +207,28 @@ class SQLiteStore(SQLStore):
         )
         return started
 
+    def _confirm_runs(
+        self, c: Connection, owner: str, held: Mapping[str, int], now: int
+    ) -> dict[str, int]:
+        """Start the runs, then insert their attempts (as ``_start_runs``)."""
+        params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
+        started = c.execute(Q["execution_confirm_many"], params).fetchall()
+        c.executemany(
+            Q["attempt_insert"],
+            [
+                {
+                    "id": row["id"],
+                    "scheduled_for": row["scheduled_for"],
+                    "attempt": row["attempt"],
+                    "owner": owner,
+                    "fencing_token": row["fencing_token"],
+                    "now": now,
+                }
+                for row in started
+            ],
+        )
+        return {row["id"]: row["fencing_token"] for row in started}
+
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
         """End the attempts, copy the runs to the history, then delete them (SQLite has no
         data-modifying CTE), and complete the one-shot jobs."""

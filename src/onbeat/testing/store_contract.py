@@ -6,6 +6,7 @@ parts share (fixtures' types, constants, helpers); the tests are mixin classes, 
 ``store_contract_job_changes``  ``JobChangesContract``: pause, resume, cancel, edit
 ``store_contract_dispatch``     ``DispatchContract``: shard leases, dispatch, misfire
 ``store_contract_claim``        ``ClaimContract``: claim, overlap policies
+``store_contract_claim_ahead``  ``ClaimAheadContract``: claims ahead of the due time, confirm
 ``store_contract_finish``       ``FinishContract``: finish, reap, sweep, release
 ``store_contract_dead_letters`` ``DeadLetterContract``: list, replay, drop
 ``store_contract_fencing``      ``FencingContract``: fencing tokens as a state machine

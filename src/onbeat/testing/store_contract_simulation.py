@@ -4,7 +4,8 @@
 Two schedulers (acquire shards, dispatch, sweep, reap) and two workers (pop the delay queue, claim,
 heartbeat, finish, release) drive cron jobs on a real store and a real ``MemoryDelayQueue`` while
 Hypothesis interleaves their steps with faults: a worker crash (it forgets what it popped and
-holds), a lost delay queue (Redis flushed), a scheduler crash (its leases lapse and the other
+holds), claims ahead of the due time confirmed (or refused) at it, a lost delay queue (Redis
+flushed), a scheduler crash (its leases lapse and the other
 takes over; its stale dispatch must be fenced), zombie writes with old tokens, and clock jumps past
 the run and shard lease TTLs. The FakeClock is the only time source, so a failure replays from
 Hypothesis's seed. Invariants after every step: one live fencing token per run, no stale write
@@ -94,6 +95,8 @@ _JOBS = 2
 _RETRY = RetryPolicy(max_attempts=3, backoff_base=1.0, backoff_cap=1.0)
 _POP = 4
 """Ids a worker takes from the queue at a time."""
+_AHEAD = 2.0
+"""Seconds ahead of their due time that ``worker_claim_ahead`` claims runs."""
 _ADVANCES = [0.5, 2.0, 5.0, RUN_TTL + 1.0, SHARD_TTL + 1.0, GRACE + 5.0]
 """Clock jumps: within a lease, past a run lease, past a shard lease, past the misfire grace."""
 
@@ -137,6 +140,8 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         """shard -> (owner, epoch, lease expiry) as the last acquires left it."""
         self.held: dict[str, dict[str, int]] = {w: {} for w in _WORKERS}
         """What each worker believes it runs (possibly stale)."""
+        self.ahead: dict[str, dict[str, tuple[int, datetime]]] = {w: {} for w in _WORKERS}
+        """What each worker believes it holds claimed ahead: id -> (token, due time)."""
         self.zombies: dict[str, dict[str, int]] = {w: {} for w in _WORKERS}
         """What crashed workers held when they went down, reported if they come back."""
 
@@ -294,8 +299,16 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         assert _ids(reaped) <= due, "reaped a live lease"
         assert len(reaped) == limit or expired <= _ids(reaped), "left an expired lease"
         for e in reaped:
+            was = before[e.id]
+            if was.started_at is None:  # held ahead, never begun: queued again, no attempt lost
+                assert (e.status, e.attempt, e.attempts) == (
+                    ExecutionStatus.QUEUED,
+                    was.attempt,
+                    was.attempts,
+                )
+                continue
             assert e.status in (ExecutionStatus.QUEUED, ExecutionStatus.FAILED)
-            assert _attempt_of(e, before[e.id].fencing_token) is AttemptOutcome.LOST
+            assert _attempt_of(e, was.fencing_token) is AttemptOutcome.LOST
         self._enqueue(e for e in reaped if e.status is ExecutionStatus.QUEUED)
 
     @rule(owner=st.sampled_from(_SCHEDULERS), graceful=st.booleans())
@@ -321,27 +334,76 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         if ids:
             self._claim(worker, ids)
 
-    def _claim(self, worker: str, ids: list[str]) -> None:
+    @rule(worker=st.sampled_from(_WORKERS))
+    def worker_claim_ahead(self, worker: str) -> None:
+        """Pop ids due within ``_AHEAD`` and claim them, ahead where the store allows."""
+        ids = self._run(self.queue.claim_due(_POP, ahead=_AHEAD))
+        if ids:
+            self._claim(worker, ids, ahead=_AHEAD)
+
+    def _claim(self, worker: str, ids: list[str], ahead: float = 0.0) -> None:
         before = {eid: self.store.execution_get(eid) for eid in ids}
         now = self.clock.now()
-        result = self.store.execution_claim(ids, worker, RUN_TTL, GRACE)
+        result = self.store.execution_claim(
+            ids, worker, RUN_TTL, GRACE, ahead=ahead, max_ahead=_POP if ahead else 0
+        )
         for run in result.started:
             eid, token = run.execution.id, run.execution.fencing_token
             was = before[eid]
-            assert was is not None and was.status is ExecutionStatus.QUEUED and was.due_at <= now
+            assert was is not None and was.status is ExecutionStatus.QUEUED
+            if run.execution.started_at is None:  # claimed ahead: token kept until the confirm
+                assert now < was.due_at <= now + timedelta(seconds=ahead)
+                assert token == was.fencing_token
+                self.ahead[worker][eid] = (token, was.due_at)
+                continue
+            assert was.due_at <= now
             assert all(token > old for old in self.issued.get(eid, [])), "a token was reused"
             self.issued.setdefault(eid, []).append(token)
             self.held[worker][eid] = token
         for item in result.not_due:
             was = before[item.execution_id]
-            assert was is not None and was.status is ExecutionStatus.QUEUED and was.due_at > now
+            assert was is not None and was.status is ExecutionStatus.QUEUED
+            assert was.due_at > now
         self._enqueue(result.not_due)
 
     @rule(worker=st.sampled_from(_WORKERS))
+    def worker_confirm(self, worker: str) -> None:
+        """At their due time, confirm the runs held ahead; release what the store refused."""
+        now = self.clock.now()
+        due = {eid: t for eid, (t, at) in self.ahead[worker].items() if at <= now}
+        if not due:
+            return
+        before = self._some(due)
+        tokens = self.store.execution_confirm(worker, due)
+        for eid, token in due.items():
+            del self.ahead[worker][eid]
+            was = before.get(eid)
+            holds = (
+                was is not None
+                and was.status is ExecutionStatus.RUNNING
+                and was.started_at is None
+                and was.lease_owner == worker
+                and was.fencing_token == token
+            )
+            if eid in tokens:
+                assert holds, "confirmed a run this worker did not hold ahead"
+                assert all(tokens[eid] > old for old in self.issued.get(eid, []))
+                self.issued.setdefault(eid, []).append(tokens[eid])
+                self.held[worker][eid] = tokens[eid]
+            elif holds:  # refused although held (a job paused): it gives it back
+                self.store.execution_release(worker, {eid: token})
+
+    def _held_pairs(self, worker: str) -> dict[str, int]:
+        """Every lease the worker believes it holds, started or claimed ahead."""
+        return self.held[worker] | {eid: t for eid, (t, _) in self.ahead[worker].items()}
+
+    @rule(worker=st.sampled_from(_WORKERS))
     def worker_heartbeat(self, worker: str) -> None:
-        answered = self._heartbeat(worker, self.held[worker])
+        answered = self._heartbeat(worker, self._held_pairs(worker))
         for eid in set(self.held[worker]) - set(answered):
             del self.held[worker][eid]  # fenced: it stops running it
+        for eid in set(self.ahead[worker]) - set(answered):
+            del self.ahead[worker][eid]  # lost before its time: never started here
 
     def _heartbeat(self, worker: str, sent: dict[str, int]) -> dict[str, int]:
         """Heartbeat ``sent`` (current or stale pairs); exactly the current ones may be kept."""
@@ -385,7 +447,9 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
     def worker_down(self, worker: str, graceful: bool) -> None:
         """A graceful stop gives back what it runs (due at once); ``kill -9`` forgets it, with no
         finish and no release, and the process may come back later as a zombie."""
-        belief = self.held[worker]
+        belief = self._held_pairs(worker)
+        self.held[worker].clear()
+        self.ahead[worker].clear()
         if graceful:
             before = self._all()
             live = {
@@ -403,7 +467,6 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
                     assert e == before.get(eid, e), "release touched a run it did not hold"
         else:
             self.zombies[worker].update(belief)
-        belief.clear()
 
     @rule(worker=st.sampled_from(_WORKERS), finish=st.booleans(), succeeded=st.booleans())
     def zombie_wakes(self, worker: str, finish: bool, succeeded: bool) -> None:
@@ -437,7 +500,11 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             retry_in=retry_in,
         )
         accepted = self.store.execution_finish_many([done])
-        live = before.status is ExecutionStatus.RUNNING and token == before.fencing_token
+        live = (
+            before.status is ExecutionStatus.RUNNING
+            and token == before.fencing_token
+            and before.started_at is not None  # a run held ahead has not begun: nothing to end
+        )
         assert accepted == ([eid] if live else []), "acceptance is not exactly token == current"
         after = self.store.execution_get(eid)
         if not live:
@@ -466,7 +533,10 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
     def one_live_token_per_run(self) -> None:
         for eid, e in self._all().items():
             live = [a for a in e.attempts if a.outcome is AttemptOutcome.RUNNING]
-            if e.status is ExecutionStatus.RUNNING:
+            if e.status is ExecutionStatus.RUNNING and e.started_at is None:  # held ahead
+                assert live == [], e.attempts
+                assert e.lease_owner is not None
+            elif e.status is ExecutionStatus.RUNNING:
                 assert len(live) == 1, e.attempts
                 assert live[0].fencing_token == e.fencing_token
                 assert e.lease_owner is not None
@@ -501,6 +571,10 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         heartbeat and completion), which must change nothing."""
         cutoff = self.clock.now()
         for worker in _WORKERS:
+            self.worker_confirm(worker)
+            ahead = {eid: t for eid, (t, _) in self.ahead[worker].items()}
+            self.store.execution_release(worker, ahead)  # not due yet: handed back
+            self.ahead[worker].clear()
             self.zombie_wakes(worker, finish=True, succeeded=True)
             for eid, token in sorted(self.held[worker].items()):
                 self._finish(eid, token, True, None)

@@ -178,6 +178,13 @@ class SQLBase:
         fencing token moved on) and insert their attempts; returns the started runs' rows."""
         raise NotImplementedError
 
+    def _confirm_runs(
+        self, c: Connection, owner: str, held: Mapping[str, int], now: int
+    ) -> dict[str, int]:
+        """Start the runs ``owner`` claimed ahead (``held``: id -> token) that may still start,
+        and insert their attempts; returns id -> the new fencing token of each started."""
+        raise NotImplementedError
+
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
         """End running runs (tokens checked) for good: end their attempts, move them to the
         history with their final outcome without updating the hot row first, and complete a

@@ -52,10 +52,10 @@ from onbeat.store.rows import (
 from onbeat.store.sql_store.base import (
     IDEMPOTENCY_RETENTION,
     Connection,
-    SQLBase,
     _KeyTaken,
     retried,
 )
+from onbeat.store.sql_store.limits import LimitTransactions
 
 log = logging.getLogger("onbeat.store")
 
@@ -68,7 +68,7 @@ def _same_submission(stored: str, submitted: str) -> None:
         )
 
 
-class JobTransactions(SQLBase):
+class JobTransactions(LimitTransactions):
     """The API's transactions: jobs, their runs and dead letters as users see and change them."""
 
     def job_create(self, new: NewJob) -> CreatedJob:
@@ -239,6 +239,7 @@ class JobTransactions(SQLBase):
             if changes.schedule is not None:
                 # The old schedule was in force until now: its fire times up to now keep (or get)
                 # their records and run as planned; its future ones were never due and go.
+                self._unclaim_unstarted(c, job)
                 self._record_fires_until(c, job, now)
                 c.execute(
                     self._q["executions_drop_future"],
@@ -260,6 +261,13 @@ class JobTransactions(SQLBase):
             if changes.schedule is not None:
                 self._event(c, job_id, JobEventKind.RESCHEDULED, to_us(now))
             return job_of(c.execute(self._q["job_get"], {"id": job_id}).fetchone())
+
+    def _unclaim_unstarted(self, c: Connection, job: Job) -> None:
+        """Make the job's runs a worker claimed ahead, and has not started, pending again, so
+        that an edit or a cancel decides on them as on any pending run (the worker's confirm at
+        their due time then finds them gone)."""
+        unclaimed = c.execute(self._q["executions_unclaim_of_job"], {"job_id": job.id}).fetchall()
+        self._usage_end(c, [job.tenant] * len(unclaimed))
 
     def _record_fires_until(self, c: Connection, job: Job, now: datetime) -> None:
         """Give every fire time of the job's schedule up to ``now`` its record, before the schedule
@@ -337,6 +345,7 @@ class JobTransactions(SQLBase):
             # the audit ends the job's active time) must all have their records.
             now = self.now()
             if job.status is not JobStatus.CANCELLED:
+                self._unclaim_unstarted(c, job)
                 self._record_fires_until(c, job, now)
             cancelled = c.execute(
                 self._q["executions_cancel_pending"],

@@ -76,6 +76,26 @@ class LimitTransactions(SQLBase):
             r["tenant"]: TenantLimits(r["max_in_flight"], r["max_starts_per_second"]) for r in rows
         }
 
+    def _rules(
+        self, c: Connection, tenants: Sequence[str], defaults: LimitDefaults
+    ) -> dict[str, TenantLimits]:
+        """tenant -> the limits in force for it: its overrides, else the fleet's defaults."""
+        names = sorted(set(tenants))
+        overrides = self._overrides(c, names) if names else {}
+        return {t: defaults.of(overrides.get(t)) for t in names}
+
+    def _unlimited(
+        self, c: Connection, tenants: Sequence[str], defaults: LimitDefaults
+    ) -> set[str]:
+        """The tenants no limit applies to: a claim may start their runs ahead of time."""
+        if defaults.max_in_flight is not None:
+            return set()
+        return {
+            t
+            for t, rule in self._rules(c, tenants, defaults).items()
+            if rule.max_in_flight is None and rule.max_starts_per_second is None
+        }
+
     def _claim_limits(
         self,
         c: Connection,
@@ -88,9 +108,7 @@ class LimitTransactions(SQLBase):
         """Decide the limits of the runs a claim would start (``rows``, claim candidates;
         ``frees``: run id -> runs of its tenant its start cancels; at most ``max_starts`` start).
         Reads the tenants' overrides; locks and reads the counters only if a limit applies."""
-        tenants = sorted({r["tenant"] for r in rows})
-        overrides = self._overrides(c, tenants) if tenants else {}
-        limits = {t: defaults.of(overrides.get(t)) for t in tenants}
+        limits = self._rules(c, [r["tenant"] for r in rows], defaults)
         limited = [
             t
             for t, rule in limits.items()

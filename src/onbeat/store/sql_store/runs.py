@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 
-from onbeat.limits import NO_LIMITS, LimitDefaults
+from onbeat.limits import NO_LIMITS, RATE_SLOT, LimitDefaults
 from onbeat.model import (
     AttemptOutcome,
     ExecutionStatus,
@@ -29,6 +29,7 @@ from onbeat.store.base import (
     Completion,
 )
 from onbeat.store.rows import (
+    MAX_US,
     claim_candidate,
     execution_of,
     from_us,
@@ -50,11 +51,15 @@ class RunTransactions(LimitTransactions):
         misfire_grace: float,
         limits: LimitDefaults = NO_LIMITS,
         max_starts: int | None = None,
+        ahead: float = 0.0,
+        max_ahead: int = 0,
     ) -> ClaimResult:
-        """Decide each run with ``plan_claim`` (pause, due, misfire, overlap), then the fleet
-        limits of those it would start (``plan_limits``), then write the decisions in batches."""
+        """Decide each run with ``plan_claim`` (pause, due, misfire, overlap, ahead), then the
+        fleet limits of those it would start (``plan_limits``; a run under a limit is never
+        claimed ahead), then write the decisions in batches."""
         now = self.now()
         now_us = to_us(now)
+        ahead_until = now + timedelta(seconds=ahead) if ahead > 0 and max_ahead > 0 else None
         with self._tx() as c:
             self._lock_jobs_of_runs(c, execution_ids)
             rows = {
@@ -111,6 +116,8 @@ class RunTransactions(LimitTransactions):
                 now,
                 misfire_grace,
                 earlier_pending,
+                ahead_until,
+                self._first_pending(c, rows.values(), now_us, ahead_until),
             )
             for status in (ExecutionStatus.CANCELLED, ExecutionStatus.SKIPPED):
                 group = [(rows[run.id], why) for run, st, why in plan.end if st is status]
@@ -140,14 +147,28 @@ class RunTransactions(LimitTransactions):
             not_due.extend(
                 QueueItem(i, due, rows[i]["priority"], rows[i]["shard"]) for i, due in limited.held
             )
+            lease_expires_at = now_us + int(lease_ttl * 1_000_000)
             started = self._start_runs(
-                c,
-                [r["id"] for r in to_start],
-                owner,
-                now_us + int(lease_ttl * 1_000_000),
-                now_us,
+                c, [r["id"] for r in to_start], owner, lease_expires_at, now_us
             )
-            job_of = {r["id"]: r for r in to_start}
+            unlimited = self._unlimited(c, [rows[r.id]["tenant"] for r in plan.start_ahead], limits)
+            early = [rows[r.id] for r in plan.start_ahead if rows[r.id]["tenant"] in unlimited]
+            early = early[:max_ahead]
+            not_due.extend(
+                QueueItem(r.id, r.due_at, r.priority, r.shard)
+                for r in plan.start_ahead
+                if r.id not in {e["id"] for e in early}
+            )
+            if early:
+                started += c.execute(
+                    self._q["execution_claim_ahead_many"],
+                    {
+                        "ids": json.dumps([r["id"] for r in early]),
+                        "owner": owner,
+                        "lease_expires_at": lease_expires_at,
+                    },
+                ).fetchall()
+            job_of = {r["id"]: r for r in (*to_start, *early)}
             in_flight = Counter(job_of[row["id"]]["tenant"] for row in started)
             in_flight.subtract(rows[newer]["tenant"] for newer in cancelled)
             self._usage_add(c, in_flight, limited.tat)
@@ -166,6 +187,35 @@ class RunTransactions(LimitTransactions):
             )
         waiting = frozenset(run.job_id for run, _, why in plan.defer if why.startswith(WAITING))
         return ClaimResult(runs, not_due, waiting, limited.held_back)
+
+    def _first_pending(
+        self, c: Connection, rows: Iterable[Row], now_us: int, ahead_until: datetime | None
+    ) -> dict[str, str]:
+        """job id -> its earliest pending run, for the jobs of the runs a claim could take
+        ahead: only that one may be (a later one waits for it in fire-time order)."""
+        if ahead_until is None:
+            return {}
+        until = to_us(ahead_until)
+        jobs = sorted(
+            {
+                r["job_id"]
+                for r in rows
+                if now_us < r["due_at"] <= until and r["reason"] != RATE_SLOT
+            }
+        )
+        if not jobs:
+            return {}
+        found = c.execute(
+            self._q["execution_earliest_due_of_jobs"],
+            {"job_ids": json.dumps(jobs), "now": MAX_US},
+        )
+        return {r["job_id"]: r["id"] for r in found}
+
+    @retried
+    def execution_confirm(self, owner: str, held: Mapping[str, int]) -> dict[str, int]:
+        now_us = self._now_us()
+        with self._tx() as c:
+            return self._confirm_runs(c, owner, held, now_us)
 
     def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> list[str]:
         """overlap=replace: cancel the running predecessors, fencing their tokens; returns, for
@@ -231,6 +281,7 @@ class RunTransactions(LimitTransactions):
                     r is None
                     or r["status"] != "running"
                     or r["fencing_token"] != done.fencing_token
+                    or r["started_at"] is None  # claimed ahead, never started
                 ):
                     continue
                 if done.succeeded:
@@ -321,7 +372,15 @@ class RunTransactions(LimitTransactions):
         now_us = self._now_us()
         with self._tx() as c:
             self._lock_jobs_of_runs(c, list(held))
-            rows = c.execute(self._q["execution_current_tokens"], {"ids": json.dumps(list(held))})
+            rows = [
+                r
+                for r in c.execute(
+                    self._q["execution_current_tokens"], {"ids": json.dumps(list(held))}
+                )
+                if r["status"] == "running"
+                and r["lease_owner"] == owner
+                and r["fencing_token"] == held[r["id"]]
+            ]
             outcomes = [
                 (
                     r,
@@ -329,9 +388,13 @@ class RunTransactions(LimitTransactions):
                     AttemptOutcome.RELEASED,
                 )
                 for r in rows
-                if r["status"] == "running"
-                and r["lease_owner"] == owner
-                and r["fencing_token"] == held[r["id"]]
+                if r["started_at"] is not None
             ]
+            unstarted = [r for r in rows if r["started_at"] is None]
+            if unstarted:  # claimed ahead: no attempt began, so none ends
+                c.execute(
+                    self._q["executions_unclaim"], {"ids": json.dumps([r["id"] for r in unstarted])}
+                )
             self._finish(c, outcomes, now_us)
-        return len(outcomes)
+            self._usage_end(c, [r["tenant"] for r in unstarted])
+        return len(rows)

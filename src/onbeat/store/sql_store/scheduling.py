@@ -281,6 +281,7 @@ class SchedulingTransactions(LimitTransactions):
                         "now": now_us,
                     }
                     for r in reaped
+                    if r["started_at"] is not None  # a run claimed ahead had no attempt yet
                 ],
             )
             failed = [r for r in reaped if r["status"] == ExecutionStatus.FAILED.value]
@@ -308,7 +309,18 @@ class SchedulingTransactions(LimitTransactions):
 
 
 def _reap_decision(r: Row, now_us: int) -> dict[str, Any]:
-    """``plan_reap``'s verdict on an expired lease, as the reap statement takes it."""
+    """``plan_reap``'s verdict on an expired lease, as the reap statement takes it. A run
+    claimed ahead whose worker went before its due time never began: queued again, no attempt
+    lost."""
+    if r["started_at"] is None:
+        return {
+            "id": r["id"],
+            "fencing_token": r["fencing_token"],
+            "status": ExecutionStatus.QUEUED.value,
+            "due_at": None,
+            "error": None,
+            "reason": None,
+        }
     end = plan_reap(
         job_cancelled=r["job_status"] == JobStatus.CANCELLED.value,
         attempt=r["attempt"],

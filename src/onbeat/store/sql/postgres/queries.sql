@@ -259,7 +259,7 @@ LIMIT :limit;
 -- name: execution_expired_leases
 -- None within :restart_grace seconds of the server's start: no holder could renew while it was
 -- down (server time only, so an injected clock does not matter).
-SELECT e.id, e.job_id, e.attempt, e.fencing_token,
+SELECT e.id, e.job_id, e.attempt, e.fencing_token, e.started_at,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
@@ -274,7 +274,7 @@ LIMIT :limit;
 UPDATE runs AS e
 SET status = d.status,
     due_at = coalesce(d.due_at, e.due_at),
-    last_error = d.error,
+    last_error = coalesce(d.error, e.last_error),
     reason = d.reason,
     lease_owner = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN d.status = 'queued' THEN NULL ELSE :now END
@@ -318,7 +318,7 @@ CROSS JOIN LATERAL (
 -- written as the complement of 'running' so that it does not match the partial index of running
 -- runs: the planner would read all of it (every running run, and the dead entries a bitmap scan
 -- never prunes) for the few jobs of a claim.
-SELECT r.id, r.job_id, r.started_at
+SELECT r.id, r.job_id, coalesce(r.started_at, r.due_at) AS started_at
 FROM runs AS r
 WHERE r.job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb))))
   AND r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped');
@@ -350,6 +350,62 @@ attempt AS (
                           outcome)
     SELECT id, scheduled_for, attempt, :owner, fencing_token, :now, 'running' FROM started)
 SELECT * FROM started;
+
+-- name: execution_claim_ahead_many
+-- Claim runs ahead of their due time (plan.plan_claim's start_ahead): running under the lease,
+-- but not started: no started_at, no attempt, the fencing token unchanged until the worker
+-- confirms the run at its due time (execution_confirm_many). "queued" as in execution_start_many.
+UPDATE runs
+SET status = 'running', lease_owner = :owner, lease_expires_at = :lease_expires_at,
+    started_at = NULL, reason = NULL
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+  AND status NOT IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
+RETURNING *;
+
+-- name: execution_confirm_many
+-- Start the runs a worker claimed ahead, at their due time: each only if still claimed ahead by
+-- it under that token and its job is active, so a cancel, pause or edit committed before wins.
+-- The runs are locked in id order first (see execution_heartbeat); the attempt begins here.
+WITH held AS MATERIALIZED (
+    SELECT e.id
+    FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)
+    JOIN runs AS e ON e.id = h.id
+    JOIN jobs AS j ON j.id = e.job_id
+    WHERE e.fencing_token = CAST(h.token AS bigint) AND e.lease_owner = :owner
+      AND e.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped')
+      AND e.started_at IS NULL AND j.status = 'active'
+    ORDER BY e.id
+    FOR UPDATE OF e
+),
+started AS (
+    UPDATE runs AS e
+    SET started_at = :now, attempt = e.attempt + 1, fencing_token = e.fencing_token + 1
+    FROM held
+    WHERE e.id = held.id
+    RETURNING e.*),
+attempt AS (
+    INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
+                          outcome)
+    SELECT id, scheduled_for, attempt, :owner, fencing_token, :now, 'running' FROM started)
+SELECT id, fencing_token, attempt, started_at FROM started;
+
+-- name: executions_unclaim
+-- Runs claimed ahead that will not start here (their worker releases them): scheduled again at
+-- their due time, for the dispatch to queue. The caller locked them.
+UPDATE runs SET status = 'scheduled', lease_owner = NULL, lease_expires_at = NULL
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
+  AND status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped')
+  AND started_at IS NULL
+RETURNING id;
+
+-- name: executions_unclaim_of_job
+-- A job's runs claimed ahead and not started, before an edit or a cancel decides on its pending
+-- runs: they are pending again, so the edit or cancel treats them as it treats any.
+UPDATE runs SET status = 'scheduled', lease_owner = NULL, lease_expires_at = NULL
+WHERE job_id = :job_id
+  AND status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped')
+  AND started_at IS NULL
+RETURNING id;
 
 -- name: attempt_finish
 UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
@@ -407,6 +463,7 @@ RETURNING e.id, e.fencing_token;
 -- The runs an outcome or a release is about, locked: a reap or another outcome waits, then
 -- finds the token moved on.
 SELECT e.id, e.job_id, e.trigger, e.scheduled_for, e.fencing_token, e.status, e.attempt, e.lease_owner,
+       e.started_at,
        j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))

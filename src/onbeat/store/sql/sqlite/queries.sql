@@ -169,7 +169,7 @@ LIMIT :limit;
 -- name: execution_expired_leases
 -- Running runs whose lease expired, in every shard, longest expired first: a range read on
 -- runs_lease_expiry.
-SELECT e.id, e.job_id, e.attempt, e.fencing_token,
+SELECT e.id, e.job_id, e.attempt, e.fencing_token, e.started_at,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
@@ -183,7 +183,7 @@ LIMIT :limit;
 UPDATE runs AS e
 SET status = json_extract(d.value, '$.status'),
     due_at = coalesce(json_extract(d.value, '$.due_at'), e.due_at),
-    last_error = json_extract(d.value, '$.error'),
+    last_error = coalesce(json_extract(d.value, '$.error'), e.last_error),
     reason = json_extract(d.value, '$.reason'),
     lease_owner = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN json_extract(d.value, '$.status') = 'queued' THEN NULL ELSE :now END
@@ -208,7 +208,7 @@ WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('schedule
 GROUP BY job_id;
 
 -- name: execution_running_of_jobs
-SELECT id, job_id, started_at FROM runs
+SELECT id, job_id, coalesce(started_at, due_at) AS started_at FROM runs
 WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: execution_newest_missed_of_jobs
@@ -229,6 +229,39 @@ RETURNING *;
 -- name: attempt_insert
 INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at, outcome)
 VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
+
+-- name: execution_claim_ahead_many
+-- Claim runs ahead of their due time (plan.plan_claim's start_ahead): running under the lease,
+-- but not started: no started_at, no attempt, the fencing token unchanged until the worker
+-- confirms the run at its due time (execution_confirm_many).
+UPDATE runs
+SET status = 'running', lease_owner = :owner, lease_expires_at = :lease_expires_at,
+    started_at = NULL, reason = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued'
+RETURNING *;
+
+-- name: execution_confirm_many
+-- Start the runs a worker claimed ahead, at their due time: each only if still claimed ahead by
+-- it under that token and its job is active, so a cancel, pause or edit committed before wins.
+UPDATE runs SET started_at = :now, attempt = attempt + 1, fencing_token = fencing_token + 1
+WHERE (id, fencing_token) IN (SELECT key, value FROM json_each(:held))
+  AND +lease_owner = :owner AND status = 'running' AND started_at IS NULL
+  AND (SELECT j.status FROM jobs AS j WHERE j.id = runs.job_id) = 'active'
+RETURNING id, scheduled_for, fencing_token, attempt, started_at;
+
+-- name: executions_unclaim
+-- Runs claimed ahead that will not start here (their worker releases them): scheduled again at
+-- their due time, for the dispatch to queue.
+UPDATE runs SET status = 'scheduled', lease_owner = NULL, lease_expires_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'running' AND started_at IS NULL
+RETURNING id;
+
+-- name: executions_unclaim_of_job
+-- A job's runs claimed ahead and not started, before an edit or a cancel decides on its pending
+-- runs: they are pending again, so the edit or cancel treats them as it treats any.
+UPDATE runs SET status = 'scheduled', lease_owner = NULL, lease_expires_at = NULL
+WHERE job_id = :job_id AND status = 'running' AND started_at IS NULL
+RETURNING id;
 
 -- name: attempt_finish
 UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
@@ -265,6 +298,7 @@ RETURNING id, fencing_token;
 
 -- name: execution_current_tokens
 SELECT e.id, e.job_id, e.trigger, e.scheduled_for, e.fencing_token, e.status, e.attempt, e.lease_owner,
+       e.started_at,
        j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.id IN (SELECT value FROM json_each(:ids));
