@@ -132,6 +132,21 @@ class Settings(BaseSettings):
     claim_batch: int = Field(
         default=256, ge=1, description="Most runs a worker claims per store call."
     )
+    claim_ahead: float = Field(
+        default=0.0,
+        ge=0,
+        le=60,
+        description="Seconds before their due time that an idle worker claims runs, to start "
+        "them by its own timer at the instant after one confirming write: a burst then starts "
+        "at the pace of that write, not of claims. Only runs nothing can change by then are "
+        "taken (no limit, nothing of their job running before them); a cancel, pause or edit "
+        "before the instant still wins. 0: off. Keep it below `window`.",
+    )
+    claim_ahead_max: int = Field(
+        default=10_000,
+        ge=0,
+        description="Most runs one worker holds claimed ahead of their due time.",
+    )
     shutdown_grace: float = Field(
         default=10.0, ge=0, description="Seconds in-flight runs get to finish."
     )

@@ -35,7 +35,14 @@ from onbeat.model import (
     Trigger,
 )
 from onbeat.schedule import Schedule
-from onbeat.store.base import ClaimResult, DispatchParams, JobChanges, ShardLeases, Store
+from onbeat.store.base import (
+    ClaimResult,
+    Completion,
+    DispatchParams,
+    JobChanges,
+    ShardLeases,
+    Store,
+)
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import (
     EVERY_MINUTE,
@@ -60,6 +67,7 @@ from onbeat.testing.store_contract import (
     _leases,
     _new,
     _ok,
+    _once,
     _only_run,
     _runs,
     _start,
@@ -220,6 +228,40 @@ class ConcurrencyContract:
             assert runs[held_back].attempts == ()
             assert runs[held_back].reason
             assert a.execution_finish_many([_ok(started[0])]) == [started[0].execution.id]
+
+    def test_execution_confirm__race_with_job_cancel_has_one_winner(
+        self, store_pair: tuple[Store, Store], clock: FakeClock
+    ) -> None:
+        """A worker confirms a run it claimed ahead at its due time while the job is cancelled:
+        either the run started (and runs on, as a run started before a cancel does) or it is
+        cancelled without an attempt; never a cancelled run with a begun attempt, nor one lost."""
+        a, b = store_pair
+        for _ in range(RACE_ROUNDS):
+            job = a.job_create(_once(_at(clock, 1))).job
+            run = _only_run(a, job.id)
+            assert run.id in _ids(_dispatch(a))
+            claim = a.execution_claim(
+                [run.id], WORKER, RUN_TTL, GRACE, max_starts=1, ahead=2.0, max_ahead=1
+            )
+            [held] = claim.started
+            clock.advance(1)
+            confirmed, _ = race(
+                partial(a.execution_confirm, WORKER, _held(held)),
+                partial(b.job_cancel, job.id),
+            )
+            stored = _get(a, run.id)
+            if confirmed:
+                assert (stored.status, stored.fencing_token) == (
+                    ExecutionStatus.RUNNING,
+                    confirmed[run.id],
+                )
+                [attempt] = stored.attempts
+                assert attempt.outcome is AttemptOutcome.RUNNING
+                done = Completion(run.id, confirmed[run.id], True)
+                assert a.execution_finish_many([done]) == [run.id]
+            else:
+                assert (stored.status, stored.attempts) == (ExecutionStatus.CANCELLED, ())
+            assert a.tenant_usage("default").running == 0
 
     def test_execution_finish_many__race_with_reap_has_one_winner(
         self, store_pair: tuple[Store, Store], clock: FakeClock

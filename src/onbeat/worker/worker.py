@@ -12,15 +12,22 @@ runs rescued; while a task blocks it, the runs claimed that the loop cannot star
 back to the store (released) from the watchdog's thread, to start elsewhere; and every run the
 store started is tracked (heartbeated, then finished or released) from the moment the claim
 returns, even when the worker is stopping.
+
+With ``claim_ahead``, an idle worker also claims runs due within that many seconds, holds them
+(heartbeated, not started) and, at their due time, confirms them in one store call and starts
+those confirmed: a burst starts at the pace of one write instead of the claims' (see
+``Store.execution_claim``). A run confirmed while every slot is busy waits in ``_ready``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +128,15 @@ class Worker:
         """execution id -> fencing token of runs a claim committed that the event loop has not
         started yet (it may be blocked by a task): the heartbeat renews them too. Changed under
         ``_held_lock``, from the claim's thread and the loop."""
+        self._ahead: dict[str, ClaimedRun] = {}
+        """Runs claimed ahead of their due time, not confirmed yet (their leases are also in
+        ``_claimed``). Event loop only."""
+        self._ahead_added = asyncio.Event()
+        self._ahead_refused = False
+        """The last claim ahead got runs but could hold none (a limit, a run of their job): wait
+        for them to fall due instead of claiming them ahead again at once."""
+        self._ready: deque[_Held] = deque()
+        """Runs confirmed (started in the store) waiting for a free slot."""
         self._executing = 0
         """Tasks still running: what concurrency bounds. A finished run waiting for its outcome
         to be written holds no slot, so claiming overlaps with writing outcomes."""
@@ -130,6 +146,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._claims = FailureStreak("claiming", log)
+        self._confirms = FailureStreak("confirming runs claimed ahead", log)
         self._flushes = FailureStreak("recording outcomes", log)
         self._async_executor = AsyncExecutor(clock)
         self._default_pool: Pool = settings.pool
@@ -181,30 +198,36 @@ class Worker:
     # --- claiming ---------------------------------------------------------------------------
     async def claim_once(self) -> int:
         """Claim what is due now, up to free capacity, and start it; returns how many started."""
-        return (await self._claim())[1]
+        return (await self._claim(ahead=False))[1]
 
-    async def _claim(self) -> tuple[int, int]:
+    async def _claim(self, ahead: bool = True) -> tuple[int, int]:
         """``claim_once``; returns how many ids left the queue for good and how many runs started.
 
         An id the queue hands out leaves it for good unless the store finds its run not due yet
         (it goes back, due later): started, or not startable (no longer queued, deferred behind
         a running predecessor, skipped). Ids that left mean the queue had due work and may have
-        more, so the claim loop claims again at once instead of waiting for the queue."""
-        free = self.settings.concurrency - self._executing
+        more, so the claim loop claims again at once instead of waiting for the queue.
+        ``ahead``: also claim runs due within ``claim_ahead`` (the claim loop, whose worker
+        confirms them at their time; never in burst mode, which runs only what is due)."""
+        free = self.settings.concurrency - self._executing - len(self._ready)
         if free <= 0:
             return 0, 0
         # Runs the limits held back took no place: ask for as many more (the store starts at
         # most `free`), so a tenant's burst gets its slots in few claims even when few are free.
         ask = min(free + self._held_back, self.settings.claim_batch)
+        room = self._ahead_room() if ahead else 0
         try:
             ids = await self.queue.claim_due(ask)
+            if len(ids) < ask and room:  # nothing more due now: take what falls due next
+                more = min(room, self.settings.claim_batch - len(ids))
+                ids += await self.queue.claim_due(more, ahead=self.settings.claim_ahead)
         except Exception:
             self._claims.failed("retrying with backoff")
             return 0, 0
         if not ids:
             self._claims.succeeded()
             return 0, 0
-        claiming = asyncio.ensure_future(asyncio.to_thread(self._claim_leases, ids, free))
+        claiming = asyncio.ensure_future(asyncio.to_thread(self._claim_leases, ids, free, room))
         try:
             claim = await asyncio.shield(claiming)
         except asyncio.CancelledError:
@@ -216,7 +239,11 @@ class Worker:
             return 0, 0
         self._claims.succeeded()
         self._held_back = claim.held_back
-        self._start(claim.started)  # before any other await: every started run is tracked
+        # before any other await: every started run is tracked
+        early = [r for r in claim.started if r.execution.started_at is None]
+        self._start([r for r in claim.started if r.execution.started_at is not None])
+        self._hold_ahead(early)
+        self._ahead_refused = bool(room) and not early and len(claim.not_due) == len(ids)
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
             try:
@@ -228,7 +255,13 @@ class Worker:
                 )
         return len(ids) - len(claim.not_due), len(claim.started)
 
-    def _claim_leases(self, ids: list[str], free: int) -> ClaimResult:
+    def _ahead_room(self) -> int:
+        """How many more runs this worker may claim ahead of their due time now."""
+        if self.settings.claim_ahead <= 0 or self._ahead_refused:
+            return 0
+        return max(0, self.settings.claim_ahead_max - len(self._ahead))
+
+    def _claim_leases(self, ids: list[str], free: int, room: int) -> ClaimResult:
         """The store's claim, in a thread. The heartbeat knows the leases it took from the
         commit on: a task blocking the event loop (``time.sleep`` in an ``async def``) until
         the loop can start them must not let them expire and be rescued elsewhere."""
@@ -239,6 +272,8 @@ class Worker:
             self.settings.misfire_grace,
             self._limits,
             free,
+            ahead=self.settings.claim_ahead if room else 0.0,
+            max_ahead=room,
         )
         with self._held_lock:
             self._claimed.update((r.execution.id, r.execution.fencing_token) for r in claim.started)
@@ -263,15 +298,19 @@ class Worker:
         for run in runs:
             if run.execution.id in self._held:  # lost its lease, then claimed again by us
                 self._cancel_local(run.execution.id, "claimed again with a newer fencing token")
-            held = _Held(run)
-            held.task = asyncio.create_task(
-                self._run(held), name=f"{RUN_TASK_PREFIX}{run.execution.id}"
-            )
-            held.task.add_done_callback(self._run_done)
-            self._executing += 1
-            started.append(held)
+            started.append(_Held(run))
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
+        self._begin(started)
+
+    def _begin(self, started: Sequence[_Held]) -> None:
+        """Make the asyncio tasks of held runs, each taking a slot."""
+        for held in started:
+            held.task = asyncio.create_task(
+                self._run(held), name=f"{RUN_TASK_PREFIX}{held.run.execution.id}"
+            )
+            held.task.add_done_callback(self._run_done)
+        self._executing += len(started)
         self.stats.started += len(started)
         self.metrics.runs_in_flight.set(len(self._held))
         now = self.clock.now()
@@ -282,6 +321,108 @@ class Worker:
             observe(max(0.0, (now - ex.due_at).total_seconds()))
             if logging_starts:
                 log.info("execution started", extra=run_fields(ex, task=held.run.task))
+
+    # --- runs claimed ahead ------------------------------------------------------------------
+    def _hold_ahead(self, runs: Sequence[ClaimedRun]) -> None:
+        """Keep runs claimed ahead until their due time (their leases stay in ``_claimed``, so
+        the heartbeat renews them and a blocked loop hands them back)."""
+        if runs:
+            self._ahead.update((run.execution.id, run) for run in runs)
+            self._ahead_added.set()
+
+    async def _ahead_loop(self) -> None:
+        """At each due time of the runs held ahead, confirm those due and start them."""
+        while not self._stopping.is_set():
+            self._ahead_added.clear()
+            if not self._ahead:
+                await sleep_or_wake(self.clock, 1.0, self._ahead_added, self._stopping)
+                continue
+            due = min(run.execution.due_at for run in self._ahead.values())
+            wait = (due - self.clock.now()).total_seconds()
+            if wait > 0:
+                await sleep_or_wake(self.clock, wait, self._ahead_added, self._stopping)
+                continue
+            if not await self._confirm_due():
+                await sleep_or_wake(self.clock, self._confirms.backoff, self._stopping)
+
+    async def _confirm_due(self) -> bool:
+        """Confirm the runs held ahead that are due, start those confirmed (as slots free) and
+        release the others; False if the store failed (they stay held, to try again)."""
+        now = self.clock.now()
+        due = [run for run in self._ahead.values() if run.execution.due_at <= now]
+        for run in due:
+            del self._ahead[run.execution.id]
+        with self._held_lock:  # the watchdog may have handed some back meanwhile
+            held = {
+                run.execution.id: run.execution.fencing_token
+                for run in due
+                if self._claimed.get(run.execution.id) == run.execution.fencing_token
+            }
+        if not held:
+            return True
+        confirming = asyncio.ensure_future(
+            asyncio.to_thread(self.store.execution_confirm, self.owner, held)
+        )
+        try:
+            tokens = await asyncio.shield(confirming)
+        except asyncio.CancelledError:  # stopping: the confirm commits all the same
+            while not confirming.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([confirming])
+            confirmed = {} if confirming.exception() else confirming.result()
+            self._track_confirmed(due, confirmed, start=False)  # held: shutdown releases them
+            self._hold_ahead([run for run in due if run.execution.id not in confirmed])
+            raise
+        except Exception:
+            self._confirms.failed(f"{len(held)} runs kept for the next try")
+            self._hold_ahead([run for run in due if run.execution.id in held])
+            return False
+        self._confirms.succeeded()
+        self._track_confirmed(due, tokens, start=True)
+        refused = {eid: token for eid, token in held.items() if eid not in tokens}
+        if refused:  # cancelled, edited away, paused or lost before their time
+            with self._held_lock:
+                for eid in refused:
+                    self._claimed.pop(eid, None)
+            try:
+                await asyncio.to_thread(self.store.execution_release, self.owner, refused)
+            except Exception as exc:
+                log.warning("releasing %d runs not confirmed failed (%s)", len(refused), exc)
+        return True
+
+    def _track_confirmed(
+        self, due: Sequence[ClaimedRun], tokens: dict[str, int], *, start: bool
+    ) -> None:
+        """Hold the runs the store confirmed under their new tokens (they leave ``_claimed``):
+        started as slots free, or, while stopping, only held so that shutdown releases them."""
+        now = self.clock.now()
+        confirmed = []
+        with self._held_lock:
+            for run in due:
+                eid = run.execution.id
+                if eid in tokens and self._claimed.pop(eid, None) is not None:
+                    execution = dataclasses.replace(
+                        run.execution,
+                        fencing_token=tokens[eid],
+                        attempt=run.execution.attempt + 1,
+                        started_at=now,
+                    )
+                    held = _Held(dataclasses.replace(run, execution=execution))
+                    self._held[eid] = held
+                    confirmed.append(held)
+        if start:
+            self._ready.extend(confirmed)
+            self._fill()
+
+    def _fill(self) -> None:
+        """Start confirmed runs waiting in ``_ready`` while slots are free."""
+        batch: list[_Held] = []
+        while self._ready and self._executing + len(batch) < self.settings.concurrency:
+            held = self._ready.popleft()
+            if self._held.get(held.run.execution.id) is held:  # not handed back or fenced
+                batch.append(held)
+        if batch:
+            self._begin(batch)
 
     async def _hold_unstarted(self, claiming: asyncio.Future[ClaimResult]) -> None:
         """The worker is stopping in the middle of a claim, which commits all the same: hold what
@@ -313,13 +454,17 @@ class Worker:
         with self._held_lock:
             unstarted = dict(self._claimed)
             self._claimed.clear()
-            not_begun = [eid for eid, h in self._held.items() if not h.began and h.task]
+            # runs with a task not begun yet, and confirmed runs waiting for a slot (no task)
+            not_begun = [eid for eid, h in self._held.items() if not h.began]
+            counted = 0
             for eid in not_begun:
-                unstarted[eid] = self._held.pop(eid).token
+                held = self._held.pop(eid)
+                unstarted[eid] = held.token
+                counted += held.task is not None
             in_flight = len(self._held)
         if not unstarted:
             return
-        self.stats.started -= len(not_begun)  # counted when their tasks were made
+        self.stats.started -= counted  # counted when their tasks were made
         self.metrics.runs_in_flight.set(in_flight)
         try:
             released = self.store.execution_release(self.owner, unstarted)
@@ -352,6 +497,8 @@ class Worker:
 
     def _run_done(self, _: asyncio.Task[None]) -> None:
         self._executing -= 1
+        if self._ready:
+            self._fill()
         self._slot_free.set()
 
     # --- running ----------------------------------------------------------------------------
@@ -442,6 +589,7 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("claim", self._claim_loop), name="onbeat-claim"),
             asyncio.create_task(self._supervised("flush", self._flush_loop), name="onbeat-flush"),
+            asyncio.create_task(self._supervised("ahead", self._ahead_loop), name="onbeat-ahead"),
         ]
         try:
             await stop.wait()
@@ -472,11 +620,13 @@ class Worker:
             if self._claims.count:  # the queue or the store is failing
                 await sleep_or_wake(self.clock, self._claims.backoff, self._stopping)
                 continue
-            if self._executing >= self.settings.concurrency:
+            if self._executing + len(self._ready) >= self.settings.concurrency:
                 self._slot_free.clear()
                 await sleep_or_wake(self.clock, 1.0, self._slot_free, self._stopping)
             else:
-                await self.queue.wait(self.settings.poll_interval)
+                ahead = self.settings.claim_ahead if self._ahead_room() else 0.0
+                self._ahead_refused = False  # once per wait: what it refused may fall due
+                await self.queue.wait(self.settings.poll_interval, ahead=ahead)
 
     async def _flush_loop(self) -> None:
         while not self._stopping.is_set():
@@ -491,10 +641,18 @@ class Worker:
         rest so they run again at once elsewhere instead of waiting for their leases to expire."""
         self._stopping.set()
         for loop_task in self._loops:
-            if loop_task.get_name() == "onbeat-claim":  # may be parked in queue.wait()
+            if loop_task.get_name() in ("onbeat-claim", "onbeat-ahead"):  # may be parked in I/O
                 loop_task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
+        with self._held_lock:  # claimed ahead, never confirmed: released with the rest
+            ahead = {
+                eid: token
+                for eid, run in self._ahead.items()
+                if (token := self._claimed.pop(eid, None)) == run.execution.fencing_token
+            }
+        self._ahead.clear()
+        self._ready.clear()  # held (no task): released below
         running = [h.task for h in self._held.values() if h.task and not h.task.done()]
         if running:
             log.info("waiting up to %ss for %d runs", self.settings.shutdown_grace, len(running))
@@ -506,13 +664,13 @@ class Worker:
         for held in leftover.values():
             if held.task is not None:
                 held.task.cancel()
-        if leftover:
+        if leftover or ahead:
             self.stats.released += await asyncio.to_thread(
                 self.store.execution_release,
                 self.owner,
-                {eid: held.token for eid, held in leftover.items()},
+                {eid: held.token for eid, held in leftover.items()} | ahead,
             )
-            log.info("released %d unfinished runs", len(leftover))
+            log.info("released %d unfinished runs", len(leftover) + len(ahead))
         await asyncio.to_thread(self._heartbeat.stop)
         self._watchdog.stop()
         await self._async_executor.close()

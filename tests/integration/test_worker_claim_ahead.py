@@ -1,0 +1,161 @@
+"""A worker with ``claim_ahead``: it holds runs due soon, starts each at its due time and not
+before, within its concurrency, and a cancel, pause or stop before that instant still wins."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from onbeat import ExecutionStatus
+from onbeat.model import Execution
+from onbeat.worker import Worker
+from tests.integration.conftest import Node
+
+AHEAD = 2.0
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Yield to the event loop until ``condition`` holds (bounded by ``asyncio.wait_for``)."""
+    while not condition():  # noqa: ASYNC110
+        await asyncio.sleep(0)
+
+
+def _worker(node: Node, **settings: Any) -> Worker:
+    changed = node.app.settings.model_copy(update={"claim_ahead": AHEAD, **settings})
+    return Worker(node.app.store, node.queue, node.app.registry, changed, node.clock)
+
+
+@asynccontextmanager
+async def _running(worker: Worker) -> AsyncIterator[Worker]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        yield worker
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def _runs(node: Node, job_ids: list[str]) -> list[Execution]:
+    return [e for job_id in job_ids for e in node.app.list_executions(job_id)]
+
+
+def _held_ahead(node: Node, job_ids: list[str]) -> int:
+    return sum(
+        e.status is ExecutionStatus.RUNNING and e.started_at is None for e in _runs(node, job_ids)
+    )
+
+
+async def _burst(node: Node, count: int, due_in: float, task: str = "record") -> list[str]:
+    at = node.clock.now() + timedelta(seconds=due_in)
+    ids = [
+        node.app.schedule(task, {"n": i} if task == "record" else {}, at=at).id
+        for i in range(count)
+    ]
+    await node.dispatch()
+    return ids
+
+
+async def test_claim_ahead__a_burst_starts_at_its_instant_and_not_before(node: Node) -> None:
+    jobs = await _burst(node, 20, due_in=1.5)
+    due = node.clock.now() + timedelta(seconds=1.5)
+    async with _running(_worker(node)):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 20), 10)
+        assert node.calls.seen == []
+        node.clock.advance(1.0)
+        await asyncio.sleep(0.05)  # the loop may run anything that is (wrongly) due
+        assert node.calls.seen == [], "a run claimed ahead started before its due time"
+        node.clock.advance(0.5)
+        await asyncio.wait_for(_until(lambda: len(node.calls.seen) == 20), 10)
+        await asyncio.wait_for(
+            _until(lambda: all(e.status is ExecutionStatus.SUCCEEDED for e in _runs(node, jobs))),
+            10,
+        )
+    for run in _runs(node, jobs):
+        assert run.started_at == due
+        assert [a.started_at for a in run.attempts] == [due]
+    assert sorted(params["n"] for _, params, _ in node.calls.seen) == list(range(20))
+
+
+async def test_claim_ahead__confirmed_runs_start_within_the_concurrency(node: Node) -> None:
+    jobs = await _burst(node, 6, due_in=1.0, task="block")
+    async with _running(_worker(node, concurrency=2)):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 6), 10)
+        node.clock.advance(1.0)
+        await asyncio.wait_for(_until(lambda: len(node.calls.seen) == 2), 10)
+        await asyncio.sleep(0.05)
+        assert len(node.calls.seen) == 2, "more runs executing than the concurrency"
+        node.calls.release.set()
+        await asyncio.wait_for(_until(lambda: len(node.calls.seen) == 6), 10)
+        await asyncio.wait_for(
+            _until(lambda: all(e.status is ExecutionStatus.SUCCEEDED for e in _runs(node, jobs))),
+            10,
+        )
+
+
+async def test_claim_ahead__cancel_before_the_instant_wins(node: Node) -> None:
+    kept, cancelled = await _burst(node, 2, due_in=1.5)
+    async with _running(_worker(node)):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, [kept, cancelled]) == 2), 10)
+        node.app.cancel(cancelled)
+        node.clock.advance(1.5)
+        await asyncio.wait_for(
+            _until(lambda: node.execution(kept).status is ExecutionStatus.SUCCEEDED), 10
+        )
+    gone = node.execution(cancelled)
+    assert (gone.status, gone.attempts) == (ExecutionStatus.CANCELLED, ())
+    assert [params["n"] for _, params, _ in node.calls.seen] == [0]
+
+
+async def test_claim_ahead__pause_before_the_instant_holds_the_run_until_resumed(
+    node: Node,
+) -> None:
+    [job] = await _burst(node, 1, due_in=1.5)
+    worker = _worker(node)
+    async with _running(worker):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, [job]) == 1), 10)
+        node.app.pause(job)
+        node.clock.advance(1.5)
+        await asyncio.wait_for(
+            _until(lambda: node.execution(job).status is ExecutionStatus.SCHEDULED), 10
+        )
+        assert node.calls.seen == []
+        assert (node.execution(job).attempt, node.execution(job).attempts) == (0, ())
+        node.app.resume(job)
+        await node.dispatch()
+        await asyncio.wait_for(
+            _until(lambda: node.execution(job).status is ExecutionStatus.SUCCEEDED), 10
+        )
+    assert len(node.calls.seen) == 1
+    assert [a.attempt for a in node.execution(job).attempts] == [1]
+
+
+async def test_claim_ahead__a_stop_gives_back_the_runs_held_ahead(node: Node) -> None:
+    jobs = await _burst(node, 3, due_in=1.5)
+    worker = _worker(node)
+    async with _running(worker):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 3), 10)
+    for run in _runs(node, jobs):
+        assert (run.status, run.attempt, run.attempts, run.lease_owner) == (
+            ExecutionStatus.SCHEDULED,
+            0,
+            (),
+            None,
+        )
+    assert worker.stats.released == 3
+    await node.step(1.5)  # another worker runs them at their time
+    assert all(e.status is ExecutionStatus.SUCCEEDED for e in _runs(node, jobs))
+    assert len(node.calls.seen) == 3
+
+
+async def test_claim_ahead__holds_no_more_than_claim_ahead_max(node: Node) -> None:
+    jobs = await _burst(node, 5, due_in=1.5)
+    async with _running(_worker(node, claim_ahead_max=3)):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 3), 10)
+        await asyncio.sleep(0.05)
+        assert _held_ahead(node, jobs) == 3
+        node.clock.advance(1.5)
+        await asyncio.wait_for(_until(lambda: len(node.calls.seen) == 5), 10)
