@@ -51,6 +51,9 @@ from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
 log = logging.getLogger("onbeat.worker")
 
+BURST_FLUSH_DELAY = 1.0
+"""Longest time outcomes wait while runs confirmed at one instant still wait for a slot: the
+outcome writes would take the CPU the starts need (the store's and this process's)."""
 RESTART_BACKOFF = 1.0
 """Seconds a worker loop that failed again within this long waits before its next restart."""
 
@@ -137,6 +140,9 @@ class Worker:
         for them to fall due instead of claiming them ahead again at once."""
         self._ready: deque[_Held] = deque()
         """Runs confirmed (started in the store) waiting for a free slot."""
+        self._ready_empty = asyncio.Event()
+        self._filling = False
+        """A ``_fill`` is scheduled for this loop pass."""
         self._executing = 0
         """Tasks still running: what concurrency bounds. A finished run waiting for its outcome
         to be written holds no slot, so claiming overlaps with writing outcomes."""
@@ -407,7 +413,9 @@ class Worker:
                         attempt=run.execution.attempt + 1,
                         started_at=now,
                     )
-                    held = _Held(dataclasses.replace(run, execution=execution))
+                    held = _Held(
+                        ClaimedRun(execution, run.task, run.params, run.timeout, run.retry)
+                    )
                     self._held[eid] = held
                     confirmed.append(held)
         if start:
@@ -416,11 +424,14 @@ class Worker:
 
     def _fill(self) -> None:
         """Start confirmed runs waiting in ``_ready`` while slots are free."""
+        self._filling = False
         batch: list[_Held] = []
         while self._ready and self._executing + len(batch) < self.settings.concurrency:
             held = self._ready.popleft()
             if self._held.get(held.run.execution.id) is held:  # not handed back or fenced
                 batch.append(held)
+        if not self._ready:
+            self._ready_empty.set()
         if batch:
             self._begin(batch)
 
@@ -497,8 +508,9 @@ class Worker:
 
     def _run_done(self, _: asyncio.Task[None]) -> None:
         self._executing -= 1
-        if self._ready:
-            self._fill()
+        if self._ready and not self._filling:  # once per loop pass for the runs ending in it
+            self._filling = True
+            asyncio.get_running_loop().call_soon(self._fill)
         self._slot_free.set()
 
     # --- running ----------------------------------------------------------------------------
@@ -632,6 +644,11 @@ class Worker:
         while not self._stopping.is_set():
             await sleep_or_wake(self.clock, 1.0, self._finished_ready, self._stopping)
             await asyncio.sleep(0.002)  # let outcomes finishing together share one write
+            if self._ready:  # a burst is starting: its starts first, then their outcomes
+                self._ready_empty.clear()
+                await sleep_or_wake(
+                    self.clock, BURST_FLUSH_DELAY, self._ready_empty, self._stopping
+                )
             if not await self.flush():  # the store is failing
                 await sleep_or_wake(self.clock, self._flushes.backoff, self._stopping)
 

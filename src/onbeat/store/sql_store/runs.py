@@ -152,23 +152,23 @@ class RunTransactions(LimitTransactions):
                 c, [r["id"] for r in to_start], owner, lease_expires_at, now_us
             )
             unlimited = self._unlimited(c, [rows[r.id]["tenant"] for r in plan.start_ahead], limits)
-            early = [rows[r.id] for r in plan.start_ahead if rows[r.id]["tenant"] in unlimited]
-            early = early[:max_ahead]
+            held = [r.id for r in plan.start_ahead if rows[r.id]["tenant"] in unlimited]
+            early = set(held[:max_ahead])
             not_due.extend(
                 QueueItem(r.id, r.due_at, r.priority, r.shard)
                 for r in plan.start_ahead
-                if r.id not in {e["id"] for e in early}
+                if r.id not in early
             )
             if early:
                 started += c.execute(
                     self._q["execution_claim_ahead_many"],
                     {
-                        "ids": json.dumps([r["id"] for r in early]),
+                        "ids": json.dumps(sorted(early)),
                         "owner": owner,
                         "lease_expires_at": lease_expires_at,
                     },
                 ).fetchall()
-            job_of = {r["id"]: r for r in (*to_start, *early)}
+            job_of = {r["id"]: r for r in to_start} | {i: rows[i] for i in early}
             in_flight = Counter(job_of[row["id"]]["tenant"] for row in started)
             in_flight.subtract(rows[newer]["tenant"] for newer in cancelled)
             self._usage_add(c, in_flight, limited.tat)
