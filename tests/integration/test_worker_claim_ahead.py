@@ -11,6 +11,7 @@ from typing import Any
 
 from onbeat import ExecutionStatus
 from onbeat.model import Execution
+from onbeat.store.base import AHEAD_LEASE_GRACE
 from onbeat.worker import Worker
 from tests.integration.conftest import Node
 
@@ -159,3 +160,23 @@ async def test_claim_ahead__holds_no_more_than_claim_ahead_max(node: Node) -> No
         assert _held_ahead(node, jobs) == 3
         node.clock.advance(1.5)
         await asyncio.wait_for(_until(lambda: len(node.calls.seen) == 5), 10)
+
+
+async def test_claim_ahead__runs_of_a_worker_that_died_start_a_grace_after_their_time(
+    node: Node,
+) -> None:
+    """kill -9 of a worker holding runs ahead: they are not heartbeated, so the reaper frees
+    them ``AHEAD_LEASE_GRACE`` after their due time (not a lease TTL later), and another worker
+    runs them without a lost attempt."""
+    jobs = await _burst(node, 3, due_in=1.5)
+    dead = _worker(node)
+    assert (await dead._claim())[0] == 3  # holds them; then never runs again
+    assert _held_ahead(node, jobs) == 3
+    node.clock.advance(1.5 + AHEAD_LEASE_GRACE)
+    await node.step()  # reap, dispatch, run: nothing expired yet
+    assert node.calls.seen == []
+    await node.step(0.001)
+    assert len(node.calls.seen) == 3
+    for run in _runs(node, jobs):
+        assert run.status is ExecutionStatus.SUCCEEDED
+        assert [a.attempt for a in run.attempts] == [1]

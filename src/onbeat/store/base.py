@@ -35,6 +35,7 @@ from onbeat.model import (
 )
 from onbeat.queue.base import QueueItem
 from onbeat.store.records import (
+    AHEAD_LEASE_GRACE,
     MAX_SEARCH_TASKS,
     ActivityBucket,
     AlertKind,
@@ -60,6 +61,7 @@ from onbeat.store.records import (
 )
 
 __all__ = [
+    "AHEAD_LEASE_GRACE",
     "MAX_SEARCH_TASKS",
     "ActivityBucket",
     "AlertKind",
@@ -400,8 +402,8 @@ class Store(Protocol):
         ``ahead`` > 0: up to ``max_ahead`` runs due within ``ahead`` seconds are *claimed ahead*
         when nothing can decide their start differently by their due time (``plan_claim``: its
         job's earliest pending run, nothing of its job running, not under any limit): running
-        under the lease (counted in flight, heartbeated) but not started (``started_at`` None,
-        no attempt, the token unchanged). The caller starts them at their due time only after
+        (counted in flight) but not started (``started_at`` None, no attempt, the token
+        unchanged), leased until :data:`AHEAD_LEASE_GRACE` after its due time. The caller starts them at their due time only after
         ``execution_confirm``. An edit of the schedule or a cancel of the job makes them pending
         again first; a pause fails their confirm; the reaper queues them again without counting
         an attempt; ``execution_release`` gives them back the same way.
@@ -413,10 +415,13 @@ class Store(Protocol):
         same slot."""
         ...
 
-    def execution_confirm(self, owner: str, held: Mapping[str, int]) -> dict[str, int]:
+    def execution_confirm(
+        self, owner: str, held: Mapping[str, int], lease_ttl: float
+    ) -> dict[str, int]:
         """Start runs ``owner`` claimed ahead (``held``: id -> the token of the claim) now that
         they are due: each still claimed ahead by it under that token, its job active. Its
-        attempt begins (``started_at``, attempt, a new fencing token); returns id -> new token.
+        attempt begins (``started_at``, attempt, a new fencing token, a lease of ``lease_ttl``
+        from now, which the holder's heartbeat renews); returns id -> new token.
         A run missing from the answer must not start (cancelled, edited away, job paused, lost):
         the caller releases what it still holds.
 

@@ -340,12 +340,13 @@ class PostgresStore(SQLStore):
         return rows
 
     def _confirm_runs(
-        self, c: Connection, owner: str, held: Mapping[str, int], now: int
+        self, c: Connection, owner: str, held: Mapping[str, int], now: int, lease_expires_at: int
     ) -> dict[str, int]:
         """One statement: the runs' UPDATE ... RETURNING feeds the attempts' INSERT."""
         if not held:
             return {}
         params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
+        params |= {"lease_expires_at": lease_expires_at, "waited": self._waits_extend_leases}
         return {
             r["id"]: r["fencing_token"]
             for r in c.execute(self._q["execution_confirm_many"], params)

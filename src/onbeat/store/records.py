@@ -146,6 +146,11 @@ class DispatchParams:
     limit: int
 
 
+AHEAD_LEASE_GRACE = 2.0
+"""Seconds past its due time that a run claimed ahead stays leased, unconfirmed, to its holder
+(or the claim's lease TTL if shorter). Its holder does not heartbeat it, so a worker that died
+holding runs due in the next seconds, or whose loop is blocked at their instant, frees them to
+the reaper this long after their time, not a whole lease TTL later."""
 MAX_SEARCH_TASKS = 20
 """Most task names one ``Store.job_search`` text matches (each is one more index read per status)."""
 

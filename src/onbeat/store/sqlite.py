@@ -208,10 +208,11 @@ class SQLiteStore(SQLStore):
         return started
 
     def _confirm_runs(
-        self, c: Connection, owner: str, held: Mapping[str, int], now: int
+        self, c: Connection, owner: str, held: Mapping[str, int], now: int, lease_expires_at: int
     ) -> dict[str, int]:
         """Start the runs, then insert their attempts (as ``_start_runs``)."""
         params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
+        params["lease_expires_at"] = lease_expires_at
         started = c.execute(Q["execution_confirm_many"], params).fetchall()
         c.executemany(
             Q["attempt_insert"],

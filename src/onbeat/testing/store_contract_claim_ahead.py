@@ -12,7 +12,14 @@ from datetime import timedelta
 from onbeat.limits import LimitDefaults, TenantLimits
 from onbeat.model import ExecutionStatus, OverlapPolicy
 from onbeat.schedule import Schedule
-from onbeat.store.base import ClaimedRun, ClaimResult, Completion, JobChanges, Store
+from onbeat.store.base import (
+    AHEAD_LEASE_GRACE,
+    ClaimedRun,
+    ClaimResult,
+    Completion,
+    JobChanges,
+    Store,
+)
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import (
     EVERY_MINUTE,
@@ -73,8 +80,10 @@ class ClaimAheadContract:
         assert (before.lease_owner, before.started_at, before.attempt) == (WORKER, None, 0)
         assert before.attempts == ()
         assert store.tenant_usage("default").running == 1
-        # the lease is the heartbeat's to keep, as a started run's
-        assert store.execution_heartbeat(WORKER, _held(held), RUN_TTL) == _held(held)
+        # leased to shortly after its due time, not for a lease TTL: not heartbeated until it starts
+        assert before.lease_expires_at == held.execution.due_at + timedelta(
+            seconds=min(AHEAD_LEASE_GRACE, RUN_TTL)
+        )
 
     def test_claim_ahead__beyond_the_horizon_or_without_one_is_handed_back(
         self, store: Store, clock: FakeClock
@@ -104,9 +113,10 @@ class ClaimAheadContract:
     ) -> None:
         held = _held_ahead(store, clock)
         clock.advance(2)
-        tokens = store.execution_confirm(WORKER, _held(held))
+        tokens = store.execution_confirm(WORKER, _held(held), RUN_TTL)
         assert tokens == {held.execution.id: held.execution.fencing_token + 1}
         stored = _get(store, held.execution.id)
+        assert stored.lease_expires_at == _at(clock, RUN_TTL)
         assert (stored.status, stored.started_at, stored.attempt) == (
             ExecutionStatus.RUNNING,
             clock.now(),
@@ -114,7 +124,7 @@ class ClaimAheadContract:
         )
         [attempt] = stored.attempts
         assert (attempt.fencing_token, attempt.started_at) == (tokens[stored.id], clock.now())
-        assert store.execution_confirm(WORKER, _held(held)) == {}, "confirmed twice"
+        assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}, "confirmed twice"
         # the old token is spent: only the confirmed one finishes the run
         assert store.execution_finish_many([_ok(held)]) == []
         assert store.execution_heartbeat(WORKER, _held(held), RUN_TTL) == {}
@@ -129,8 +139,8 @@ class ClaimAheadContract:
         held = _held_ahead(store, clock)
         clock.advance(2)
         eid, token = held.execution.id, held.execution.fencing_token
-        assert store.execution_confirm(OTHER_WORKER, {eid: token}) == {}
-        assert store.execution_confirm(WORKER, {eid: token + 1}) == {}
+        assert store.execution_confirm(OTHER_WORKER, {eid: token}, RUN_TTL) == {}
+        assert store.execution_confirm(WORKER, {eid: token + 1}, RUN_TTL) == {}
         assert _get(store, eid).started_at is None
 
     def test_claim_ahead__not_started_runs_finish_nothing(
@@ -155,7 +165,7 @@ class ClaimAheadContract:
         held = _held_ahead(store, clock)
         store.job_cancel(held.execution.job_id)
         clock.advance(2)
-        assert store.execution_confirm(WORKER, _held(held)) == {}
+        assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}
         stored = _get(store, held.execution.id)
         assert stored.status is ExecutionStatus.CANCELLED
         assert stored.attempts == ()
@@ -168,7 +178,7 @@ class ClaimAheadContract:
         held = _held_ahead(store, clock)
         store.job_pause(held.execution.job_id)
         clock.advance(2)
-        assert store.execution_confirm(WORKER, _held(held)) == {}
+        assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}
         assert store.execution_release(WORKER, _held(held)) == 1
         stored = _get(store, held.execution.id)
         assert (stored.status, stored.attempt, stored.attempts) == (
@@ -192,7 +202,7 @@ class ClaimAheadContract:
         [held] = _claim_ahead(store, [item.execution_id]).started
         store.job_update(job.id, JobChanges(schedule=Schedule.parse(cron=HOURLY)))
         clock.advance(2)
-        assert store.execution_confirm(WORKER, _held(held)) == {}
+        assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}
         assert fire not in {r.scheduled_for for r in _runs(store, job.id)}
         assert store.tenant_usage("default").running == 0
 
@@ -217,7 +227,9 @@ class ClaimAheadContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         held = _held_ahead(store, clock)
-        clock.advance(RUN_TTL + 1)
+        clock.advance(2 + AHEAD_LEASE_GRACE)  # its due time and the grace: not yet expired
+        assert _reap(store) == []
+        clock.advance(0.001)
         assert _ids(_reap(store)) == {held.execution.id}
         stored = _get(store, held.execution.id)
         assert (stored.status, stored.attempt, stored.attempts) == (
@@ -226,7 +238,7 @@ class ClaimAheadContract:
             (),
         )
         assert store.tenant_usage("default").running == 0
-        assert store.execution_confirm(WORKER, _held(held)) == {}
+        assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}
 
     def test_claim_ahead__not_while_a_run_of_its_job_is_running(
         self, store: Store, clock: FakeClock

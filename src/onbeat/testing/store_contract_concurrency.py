@@ -246,7 +246,7 @@ class ConcurrencyContract:
             [held] = claim.started
             clock.advance(1)
             confirmed, _ = race(
-                partial(a.execution_confirm, WORKER, _held(held)),
+                partial(a.execution_confirm, WORKER, _held(held), RUN_TTL),
                 partial(b.job_cancel, job.id),
             )
             stored = _get(a, run.id)

@@ -374,7 +374,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         if not due:
             return
         before = self._some(due)
-        tokens = self.store.execution_confirm(worker, due)
+        tokens = self.store.execution_confirm(worker, due, RUN_TTL)
         for eid, token in due.items():
             del self.ahead[worker][eid]
             was = before.get(eid)

@@ -14,7 +14,7 @@ store started is tracked (heartbeated, then finished or released) from the momen
 returns, even when the worker is stopping.
 
 With ``claim_ahead``, an idle worker also claims runs due within that many seconds, holds them
-(heartbeated, not started) and, at their due time, confirms them in one store call and starts
+(not started, leased until shortly after their due time) and, at their due time, confirms them in one store call and starts
 those confirmed: a burst starts at the pace of one write instead of the claims' (see
 ``Store.execution_claim``). A run confirmed while every slot is busy waits in ``_ready``.
 """
@@ -132,8 +132,12 @@ class Worker:
         started yet (it may be blocked by a task): the heartbeat renews them too. Changed under
         ``_held_lock``, from the claim's thread and the loop."""
         self._ahead: dict[str, ClaimedRun] = {}
-        """Runs claimed ahead of their due time, not confirmed yet (their leases are also in
-        ``_claimed``). Event loop only."""
+        """Runs claimed ahead of their due time, not confirmed yet. Event loop only."""
+        self._ahead_leases: dict[str, int] = {}
+        """execution id -> token of the runs claimed ahead and not confirmed, under
+        ``_held_lock`` (the claim's thread adds, the watchdog hands back). Not heartbeated: their
+        lease ends shortly after their due time (``AHEAD_LEASE_GRACE``), so that runs held by a
+        worker that died, or whose loop is blocked at their instant, are freed then."""
         self._ahead_added = asyncio.Event()
         self._ahead_refused = False
         """The last claim ahead got runs but could hold none (a limit, a run of their job): wait
@@ -282,7 +286,9 @@ class Worker:
             max_ahead=room,
         )
         with self._held_lock:
-            self._claimed.update((r.execution.id, r.execution.fencing_token) for r in claim.started)
+            for r in claim.started:
+                leases = self._claimed if r.execution.started_at is not None else self._ahead_leases
+                leases[r.execution.id] = r.execution.fencing_token
         return claim
 
     async def _hand_back(self, ids: Sequence[str]) -> None:
@@ -330,8 +336,8 @@ class Worker:
 
     # --- runs claimed ahead ------------------------------------------------------------------
     def _hold_ahead(self, runs: Sequence[ClaimedRun]) -> None:
-        """Keep runs claimed ahead until their due time (their leases stay in ``_claimed``, so
-        the heartbeat renews them and a blocked loop hands them back)."""
+        """Keep runs claimed ahead until their due time (their leases are in ``_ahead_leases``,
+        which a blocked loop hands back)."""
         if runs:
             self._ahead.update((run.execution.id, run) for run in runs)
             self._ahead_added.set()
@@ -362,12 +368,14 @@ class Worker:
             held = {
                 run.execution.id: run.execution.fencing_token
                 for run in due
-                if self._claimed.get(run.execution.id) == run.execution.fencing_token
+                if self._ahead_leases.get(run.execution.id) == run.execution.fencing_token
             }
         if not held:
             return True
         confirming = asyncio.ensure_future(
-            asyncio.to_thread(self.store.execution_confirm, self.owner, held)
+            asyncio.to_thread(
+                self.store.execution_confirm, self.owner, held, self.settings.lease_ttl
+            )
         )
         try:
             tokens = await asyncio.shield(confirming)
@@ -389,7 +397,7 @@ class Worker:
         if refused:  # cancelled, edited away, paused or lost before their time
             with self._held_lock:
                 for eid in refused:
-                    self._claimed.pop(eid, None)
+                    self._ahead_leases.pop(eid, None)
             try:
                 await asyncio.to_thread(self.store.execution_release, self.owner, refused)
             except Exception as exc:
@@ -399,14 +407,15 @@ class Worker:
     def _track_confirmed(
         self, due: Sequence[ClaimedRun], tokens: dict[str, int], *, start: bool
     ) -> None:
-        """Hold the runs the store confirmed under their new tokens (they leave ``_claimed``):
+        """Hold the runs the store confirmed under their new tokens (their leases are then the
+        heartbeat's like any started run's):
         started as slots free, or, while stopping, only held so that shutdown releases them."""
         now = self.clock.now()
         confirmed = []
         with self._held_lock:
             for run in due:
                 eid = run.execution.id
-                if eid in tokens and self._claimed.pop(eid, None) is not None:
+                if eid in tokens and self._ahead_leases.pop(eid, None) is not None:
                     execution = dataclasses.replace(
                         run.execution,
                         fencing_token=tokens[eid],
@@ -443,8 +452,13 @@ class Worker:
                 await asyncio.wait([claiming])
         if claiming.cancelled() or claiming.exception() is not None:
             return
-        unstarted = self._still_claimed(claiming.result().started)
+        started = claiming.result().started
+        unstarted = self._still_claimed([r for r in started if r.execution.started_at is not None])
         with self._held_lock:
+            for run in started:  # claimed ahead: released as they were (no attempt began)
+                eid = run.execution.id
+                if self._ahead_leases.pop(eid, None) == run.execution.fencing_token:
+                    unstarted.append(run)
             self._held.update((run.execution.id, _Held(run)) for run in unstarted)
 
     def _still_claimed(self, runs: Sequence[ClaimedRun]) -> list[ClaimedRun]:
@@ -463,8 +477,9 @@ class Worker:
         the task lets go (the loop, once free, skips them: ``_still_claimed``, ``_run``). If the
         store cannot take them, they are no longer heartbeated and the reaper frees them."""
         with self._held_lock:
-            unstarted = dict(self._claimed)
+            unstarted = self._claimed | self._ahead_leases
             self._claimed.clear()
+            self._ahead_leases.clear()
             # runs with a task not begun yet, and confirmed runs waiting for a slot (no task)
             not_begun = [eid for eid, h in self._held.items() if not h.began]
             counted = 0
@@ -666,7 +681,7 @@ class Worker:
             ahead = {
                 eid: token
                 for eid, run in self._ahead.items()
-                if (token := self._claimed.pop(eid, None)) == run.execution.fencing_token
+                if (token := self._ahead_leases.pop(eid, None)) == run.execution.fencing_token
             }
         self._ahead.clear()
         self._ready.clear()  # held (no task): released below

@@ -179,7 +179,7 @@ class SQLBase:
         raise NotImplementedError
 
     def _confirm_runs(
-        self, c: Connection, owner: str, held: Mapping[str, int], now: int
+        self, c: Connection, owner: str, held: Mapping[str, int], now: int, lease_expires_at: int
     ) -> dict[str, int]:
         """Start the runs ``owner`` claimed ahead (``held``: id -> token) that may still start,
         and insert their attempts; returns id -> the new fencing token of each started."""

@@ -24,6 +24,7 @@ from onbeat.plan import (
 from onbeat.queue.base import QueueItem
 from onbeat.schedule import ScheduleKind
 from onbeat.store.base import (
+    AHEAD_LEASE_GRACE,
     ClaimedRun,
     ClaimResult,
     Completion,
@@ -165,7 +166,7 @@ class RunTransactions(LimitTransactions):
                     {
                         "ids": json.dumps(sorted(early)),
                         "owner": owner,
-                        "lease_expires_at": lease_expires_at,
+                        "grace": int(min(AHEAD_LEASE_GRACE, lease_ttl) * 1_000_000),
                     },
                 ).fetchall()
             job_of = {r["id"]: r for r in to_start} | {i: rows[i] for i in early}
@@ -212,10 +213,12 @@ class RunTransactions(LimitTransactions):
         return {r["job_id"]: r["id"] for r in found}
 
     @retried
-    def execution_confirm(self, owner: str, held: Mapping[str, int]) -> dict[str, int]:
+    def execution_confirm(
+        self, owner: str, held: Mapping[str, int], lease_ttl: float
+    ) -> dict[str, int]:
         now_us = self._now_us()
         with self._tx() as c:
-            return self._confirm_runs(c, owner, held, now_us)
+            return self._confirm_runs(c, owner, held, now_us, now_us + int(lease_ttl * 1e6))
 
     def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> list[str]:
         """overlap=replace: cancel the running predecessors, fencing their tokens; returns, for

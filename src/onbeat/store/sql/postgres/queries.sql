@@ -354,9 +354,10 @@ SELECT * FROM started;
 -- name: execution_claim_ahead_many
 -- Claim runs ahead of their due time (plan.plan_claim's start_ahead): running under the lease,
 -- but not started: no started_at, no attempt, the fencing token unchanged until the worker
--- confirms the run at its due time (execution_confirm_many). "queued" as in execution_start_many.
+-- confirms the run at its due time (execution_confirm_many); leased until :grace after it.
+-- "queued" as in execution_start_many.
 UPDATE runs
-SET status = 'running', lease_owner = :owner, lease_expires_at = :lease_expires_at,
+SET status = 'running', lease_owner = :owner, lease_expires_at = due_at + :grace,
     started_at = NULL, reason = NULL
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
   AND status NOT IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
@@ -365,7 +366,8 @@ RETURNING *;
 -- name: execution_confirm_many
 -- Start the runs a worker claimed ahead, at their due time: each only if still claimed ahead by
 -- it under that token and its job is active, so a cancel, pause or edit committed before wins.
--- The runs are locked in id order first (see execution_heartbeat); the attempt begins here.
+-- The runs are locked in id order first (see execution_heartbeat); the attempt begins here, with
+-- a lease from the commit (:waited, as in execution_start_many) that the heartbeat renews.
 WITH held AS MATERIALIZED (
     SELECT e.id
     FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)
@@ -379,7 +381,10 @@ WITH held AS MATERIALIZED (
 ),
 started AS (
     UPDATE runs AS e
-    SET started_at = :now, attempt = e.attempt + 1, fencing_token = e.fencing_token + 1
+    SET started_at = :now, attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
+        lease_expires_at = :lease_expires_at + CASE WHEN CAST(:waited AS boolean)
+            THEN greatest(0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - :now)
+            ELSE 0 END
     FROM held
     WHERE e.id = held.id
     RETURNING e.*),

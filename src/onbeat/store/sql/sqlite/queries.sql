@@ -233,9 +233,9 @@ VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
 -- name: execution_claim_ahead_many
 -- Claim runs ahead of their due time (plan.plan_claim's start_ahead): running under the lease,
 -- but not started: no started_at, no attempt, the fencing token unchanged until the worker
--- confirms the run at its due time (execution_confirm_many).
+-- confirms the run at its due time (execution_confirm_many); leased until :grace after it.
 UPDATE runs
-SET status = 'running', lease_owner = :owner, lease_expires_at = :lease_expires_at,
+SET status = 'running', lease_owner = :owner, lease_expires_at = due_at + :grace,
     started_at = NULL, reason = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued'
 RETURNING *;
@@ -243,7 +243,8 @@ RETURNING *;
 -- name: execution_confirm_many
 -- Start the runs a worker claimed ahead, at their due time: each only if still claimed ahead by
 -- it under that token and its job is active, so a cancel, pause or edit committed before wins.
-UPDATE runs SET started_at = :now, attempt = attempt + 1, fencing_token = fencing_token + 1
+UPDATE runs SET started_at = :now, attempt = attempt + 1, fencing_token = fencing_token + 1,
+    lease_expires_at = :lease_expires_at
 WHERE (id, fencing_token) IN (SELECT key, value FROM json_each(:held))
   AND +lease_owner = :owner AND status = 'running' AND started_at IS NULL
   AND (SELECT j.status FROM jobs AS j WHERE j.id = runs.job_id) = 'active'
