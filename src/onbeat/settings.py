@@ -140,7 +140,9 @@ class Settings(BaseSettings):
         "them by its own timer at the instant after one confirming write: a burst then starts "
         "at the pace of that write, not of claims. Only runs nothing can change by then are "
         "taken (no limit, nothing of their job running before them); a cancel, pause or edit "
-        "before the instant still wins. 0: off. Keep it below `window`.",
+        "before the instant still wins. 0 (the default for now): off; 5 measured best on 2 "
+        "cores (docs/performance.md). Runs reach the queue `window` ahead, so a value above "
+        "`window` works as `window`. A run held ahead reads as running with no start.",
     )
     claim_ahead_max: int = Field(
         default=10_000,
