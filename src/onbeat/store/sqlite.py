@@ -191,20 +191,7 @@ class SQLiteStore(SQLStore):
         params = {"ids": json.dumps(list(ids)), "owner": owner, "now": now}
         params["lease_expires_at"] = lease_expires_at
         started: list[Row] = c.execute(Q["execution_start_many"], params).fetchall()
-        c.executemany(
-            Q["attempt_insert"],
-            [
-                {
-                    "id": row["id"],
-                    "scheduled_for": row["scheduled_for"],
-                    "attempt": row["attempt"],
-                    "owner": owner,
-                    "fencing_token": row["fencing_token"],
-                    "now": now,
-                }
-                for row in started
-            ],
-        )
+        self._insert_attempts(c, started, owner, now)
         return started
 
     def _confirm_runs(
@@ -213,7 +200,13 @@ class SQLiteStore(SQLStore):
         """Start the runs, then insert their attempts (as ``_start_runs``)."""
         params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
         params["lease_expires_at"] = lease_expires_at
-        started = c.execute(Q["execution_confirm_many"], params).fetchall()
+        started: list[Row] = c.execute(Q["execution_confirm_many"], params).fetchall()
+        self._insert_attempts(c, started, owner, now)
+        return {row["id"]: row["fencing_token"] for row in started}
+
+    @staticmethod
+    def _insert_attempts(c: Connection, started: Sequence[Row], owner: str, now: int) -> None:
+        """The attempts of runs just started (their rows as the start returned them)."""
         c.executemany(
             Q["attempt_insert"],
             [
@@ -228,7 +221,6 @@ class SQLiteStore(SQLStore):
                 for row in started
             ],
         )
-        return {row["id"]: row["fencing_token"] for row in started}
 
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
         """End the attempts, copy the runs to the history, then delete them (SQLite has no
