@@ -404,7 +404,7 @@ class Store(Protocol):
         job's earliest pending run, nothing of its job running, not under any limit): running
         (counted in flight) but not started (``started_at`` None, no attempt, the token
         unchanged), leased until :data:`AHEAD_LEASE_GRACE` after its due time. The caller starts them at their due time only after
-        ``execution_confirm``. An edit of the schedule or a cancel of the job makes them pending
+        ``execution_confirm``. An edit of the job (any field) or its cancel makes them pending
         again first; a pause fails their confirm; the reaper queues them again without counting
         an attempt; ``execution_release`` gives them back the same way.
 

@@ -206,6 +206,19 @@ class ClaimAheadContract:
         assert fire not in {r.scheduled_for for r in _runs(store, job.id)}
         assert store.tenant_usage("default").running == 0
 
+    def test_claim_ahead__an_edit_before_the_confirm_is_claimed_again_with_the_new_fields(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        held = _held_ahead(store, clock)
+        store.job_update(held.execution.job_id, JobChanges(params={"edited": True}))
+        clock.advance(2)
+        assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}
+        assert _get(store, held.execution.id).status is ExecutionStatus.SCHEDULED
+        assert held.execution.id in _ids(_dispatch(store))
+        [run] = store.execution_claim([held.execution.id], WORKER, RUN_TTL, GRACE).started
+        assert run.params == {"edited": True}
+        assert store.tenant_usage("default").running == 1
+
     def test_claim_ahead__release_gives_the_run_back_without_an_attempt(
         self, store: Store, clock: FakeClock
     ) -> None:

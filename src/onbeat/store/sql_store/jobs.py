@@ -236,10 +236,11 @@ class JobTransactions(LimitTransactions):
                 "next_fire_at": to_us(job.next_fire_at) if job.next_fire_at else None,
                 "now": to_us(now),
             }
+            # Runs held ahead were claimed under the old fields: claimed again, they get the new.
+            self._unclaim_unstarted(c, job)
             if changes.schedule is not None:
                 # The old schedule was in force until now: its fire times up to now keep (or get)
                 # their records and run as planned; its future ones were never due and go.
-                self._unclaim_unstarted(c, job)
                 self._record_fires_until(c, job, now)
                 c.execute(
                     self._q["executions_drop_future"],
