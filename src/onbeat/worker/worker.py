@@ -407,9 +407,9 @@ class Worker:
     def _track_confirmed(
         self, due: Sequence[ClaimedRun], tokens: dict[str, int], *, start: bool
     ) -> None:
-        """Hold the runs the store confirmed under their new tokens (their leases are then the
-        heartbeat's like any started run's):
-        started as slots free, or, while stopping, only held so that shutdown releases them."""
+        """Hold the runs the store confirmed, under their new tokens (the heartbeat renews their
+        leases from now on, as any started run's): started as slots free, or, while stopping,
+        only held, so that shutdown releases them."""
         now = self.clock.now()
         confirmed = []
         with self._held_lock:
