@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         "taken (no limit, nothing of their job running before them); a cancel, pause or edit "
         "before the instant still wins. 0 (the default for now): off; 5 measured best on 2 "
         "cores (docs/performance.md). Runs reach the queue `window` ahead, so a value above "
-        "`window` works as `window`.",
+        "`window` works as `window`. A run held ahead reads as running with no start.",
     )
     claim_ahead_max: int = Field(
         default=10_000,

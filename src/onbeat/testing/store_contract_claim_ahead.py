@@ -76,7 +76,7 @@ class ClaimAheadContract:
         held = _held_ahead(store, clock)
         before = _get(store, held.execution.id)
         assert held.execution.started_at is None
-        assert before.status is ExecutionStatus.QUEUED, "it reads as what it is: waiting"
+        assert before.status is ExecutionStatus.RUNNING
         assert (before.lease_owner, before.started_at, before.attempt) == (WORKER, None, 0)
         assert before.attempts == ()
         assert store.tenant_usage("default").running == 1
@@ -148,7 +148,7 @@ class ClaimAheadContract:
     ) -> None:
         held = _held_ahead(store, clock)
         assert store.execution_finish_many([_ok(held)]) == []
-        assert _get(store, held.execution.id).status is ExecutionStatus.QUEUED
+        assert _get(store, held.execution.id).status is ExecutionStatus.RUNNING
 
     def test_claim_ahead__another_claim_does_not_start_a_run_held_ahead(
         self, store: Store, clock: FakeClock

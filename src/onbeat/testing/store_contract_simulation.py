@@ -97,18 +97,6 @@ _POP = 4
 """Ids a worker takes from the queue at a time."""
 _AHEAD = 2.0
 """Seconds ahead of their due time that ``worker_claim_ahead`` claims runs."""
-
-
-def _held_ahead(e: Execution) -> bool:
-    """Claimed ahead by a worker, not started: it reads as queued, with its holder's lease."""
-    return e.status is ExecutionStatus.QUEUED and e.lease_owner is not None
-
-
-def _leased(e: Execution) -> bool:
-    """Running, or held ahead: a lease a heartbeat, a release or the reaper may act on."""
-    return e.status is ExecutionStatus.RUNNING or _held_ahead(e)
-
-
 _ADVANCES = [0.5, 2.0, 5.0, RUN_TTL + 1.0, SHARD_TTL + 1.0, GRACE + 5.0]
 """Clock jumps: within a lease, past a run lease, past a shard lease, past the misfire grace."""
 
@@ -285,7 +273,6 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             eid
             for eid, e in self._all().items()
             if e.status is ExecutionStatus.QUEUED
-            and not _held_ahead(e)  # its worker holds it, not the queue
             and e.shard in valid
             and e.shard in shards
             and (cutoff is None or e.due_at < cutoff)
@@ -298,7 +285,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         before = self._all()
         now = self.clock.now()
         reaped = self.store.execution_reap(limit)
-        running = {eid: e for eid, e in before.items() if _leased(e)}
+        running = {eid: e for eid, e in before.items() if e.status is ExecutionStatus.RUNNING}
         expired = {
             eid
             for eid, e in running.items()
@@ -313,7 +300,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         assert len(reaped) == limit or expired <= _ids(reaped), "left an expired lease"
         for e in reaped:
             was = before[e.id]
-            if _held_ahead(was):  # never begun: queued again, no attempt lost
+            if was.started_at is None:  # held ahead, never begun: queued again, no attempt lost
                 assert (e.status, e.attempt, e.attempts) == (
                     ExecutionStatus.QUEUED,
                     was.attempt,
@@ -393,7 +380,8 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             was = before.get(eid)
             holds = (
                 was is not None
-                and _held_ahead(was)
+                and was.status is ExecutionStatus.RUNNING
+                and was.started_at is None
                 and was.lease_owner == worker
                 and was.fencing_token == token
             )
@@ -426,7 +414,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             eid
             for eid, token in sent.items()
             if eid in before
-            and _leased(before[eid])
+            and before[eid].status is ExecutionStatus.RUNNING
             and before[eid].lease_owner == worker
             and before[eid].fencing_token == token
         }
@@ -467,7 +455,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             live = {
                 eid
                 for eid, token in belief.items()
-                if _leased(before[eid])
+                if before[eid].status is ExecutionStatus.RUNNING
                 and before[eid].lease_owner == worker
                 and before[eid].fencing_token == token
             }
@@ -545,7 +533,10 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
     def one_live_token_per_run(self) -> None:
         for eid, e in self._all().items():
             live = [a for a in e.attempts if a.outcome is AttemptOutcome.RUNNING]
-            if e.status is ExecutionStatus.RUNNING:
+            if e.status is ExecutionStatus.RUNNING and e.started_at is None:  # held ahead
+                assert live == [], e.attempts
+                assert e.lease_owner is not None
+            elif e.status is ExecutionStatus.RUNNING:
                 assert len(live) == 1, e.attempts
                 assert live[0].fencing_token == e.fencing_token
                 assert e.lease_owner is not None
