@@ -180,3 +180,19 @@ async def test_claim_ahead__runs_of_a_worker_that_died_start_a_grace_after_their
     for run in _runs(node, jobs):
         assert run.status is ExecutionStatus.SUCCEEDED
         assert [a.attempt for a in run.attempts] == [1]
+
+
+async def test_claim_ahead__a_blocked_loop_hands_the_runs_held_ahead_back(node: Node) -> None:
+    """The watchdog's hand-back (a task blocks the loop) releases runs held ahead too: they go
+    back pending without an attempt, and the loop, once free, does not start them here."""
+    jobs = await _burst(node, 2, due_in=1.5)
+    worker = _worker(node)
+    assert (await worker._claim())[0] == 2
+    await asyncio.to_thread(worker._hand_back_unstarted)  # from the watchdog's thread
+    for run in _runs(node, jobs):
+        assert (run.status, run.attempt, run.attempts) == (ExecutionStatus.SCHEDULED, 0, ())
+    node.clock.advance(1.5)
+    assert await worker._confirm_due()  # nothing of its own left to confirm
+    assert node.calls.seen == []
+    await node.step()
+    assert len(node.calls.seen) == 2
