@@ -30,6 +30,8 @@ SKEW = timedelta(hours=1)
 AGREE = timedelta(seconds=1)
 """How close the store's time is to the server's own reading (a query's round trip, a busy box)."""
 PAUSE = 2 * AGREE.total_seconds()
+SLOW_TRIP = 0.3
+"""Within ``CLOCK_READ_MAX_ROUND_TRIP``: a reading this slow is trusted."""
 
 
 @pytest.fixture
@@ -133,6 +135,39 @@ def test_postgres_store__a_failed_reading_carries_the_last_one_forward(
         assert not store._resyncing
         assert store._server_anchor[0] >= began  # tried again only CLOCK_RESYNC from now
         assert abs(store.now() - server_now(database_url)) < AGREE
+    finally:
+        store.close()
+
+
+def test_postgres_store__a_slow_round_trip_never_puts_now_ahead_of_the_servers(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow round trip whose server reading came late (the query waited on its way to the
+    server, or in it) is anchored at the answer's arrival: "now" may be behind the server's by
+    the round trip, never ahead of it. A worker starts a run it claimed ahead at its due time by
+    this clock (N1 2026-12-02 with claim_ahead=5: three runs 50-58 ms early, from an anchor in
+    the middle of a slow read at a worker's start)."""
+    store = PostgresStore(database_url)
+    try:
+        read = store._read
+
+        @contextlib.contextmanager
+        def slow_trip() -> Iterator[Any]:
+            with read() as c:
+                real_execute = c.execute
+
+                def execute(query: str, *args: Any) -> Any:
+                    time.sleep(SLOW_TRIP)  # the query is slow to reach the server ...
+                    return real_execute(query, *args)  # ... which reads its clock at the end
+
+                monkeypatch.setattr(c, "execute", execute)
+                yield c
+
+        monkeypatch.setattr(store, "_read", slow_trip)
+        store._server_anchor = store._read_server_clock()
+        ours = store.now()
+        assert ours <= server_now(database_url)
+        assert server_now(database_url) - ours < AGREE
     finally:
         store.close()
 
