@@ -46,7 +46,8 @@ def _runs(node: Node, job_ids: list[str]) -> list[Execution]:
 
 def _held_ahead(node: Node, job_ids: list[str]) -> int:
     return sum(
-        e.status is ExecutionStatus.RUNNING and e.started_at is None for e in _runs(node, job_ids)
+        e.status is ExecutionStatus.QUEUED and e.lease_owner is not None
+        for e in _runs(node, job_ids)
     )
 
 

@@ -217,6 +217,12 @@ def attempt_of(a: sqlite3.Row) -> Attempt:
 
 
 def execution_of(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
+    """A run held ahead (stored as running, to count in flight and be reaped, with no start yet)
+    reads as queued: it has not started, and its ``lease_owner`` names the worker that will start
+    it at its due time (docs/architecture.md, "Claims ahead of the due time")."""
+    status = r["status"]
+    if status == "running" and r["started_at"] is None:
+        status = "queued"
     return Execution(
         id=r["id"],
         job_id=r["job_id"],
@@ -224,7 +230,7 @@ def execution_of(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
         trigger=_TRIGGERS.get(r["trigger"]) or Trigger(r["trigger"]),  # (a bad value: ValueError)
         scheduled_for=from_us(r["scheduled_for"]),
         due_at=from_us(r["due_at"]),
-        status=_EXECUTION_STATUSES.get(r["status"]) or ExecutionStatus(r["status"]),
+        status=_EXECUTION_STATUSES.get(status) or ExecutionStatus(status),
         attempt=r["attempt"],
         priority=r["priority"],
         lease_owner=r["lease_owner"],

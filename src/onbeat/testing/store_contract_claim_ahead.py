@@ -76,7 +76,7 @@ class ClaimAheadContract:
         held = _held_ahead(store, clock)
         before = _get(store, held.execution.id)
         assert held.execution.started_at is None
-        assert before.status is ExecutionStatus.RUNNING
+        assert before.status is ExecutionStatus.QUEUED  # not started: it reads as queued
         assert (before.lease_owner, before.started_at, before.attempt) == (WORKER, None, 0)
         assert before.attempts == ()
         assert store.tenant_usage("default").running == 1
@@ -84,6 +84,24 @@ class ClaimAheadContract:
         assert before.lease_expires_at == held.execution.due_at + timedelta(
             seconds=min(AHEAD_LEASE_GRACE, RUN_TTL)
         )
+
+    def test_claim_ahead__a_held_run_reads_as_queued_in_every_read_until_it_starts(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        held = _held_ahead(store, clock)
+        eid, job_id = held.execution.id, held.execution.job_id
+        listed = {s: _ids(store.execution_list(job_id, status=s)) for s in ExecutionStatus}
+        assert listed[ExecutionStatus.QUEUED] == {eid}
+        assert all(ids == set() for s, ids in listed.items() if s is not ExecutionStatus.QUEUED)
+        assert store.execution_running_by_owner(tenant=None) == []  # no worker runs it yet
+        assert store.execution_last_of_jobs([job_id]) == {}  # nothing of the job has run
+        clock.advance(2)
+        store.execution_confirm(WORKER, _held(held), RUN_TTL)
+        assert _ids(store.execution_list(job_id, status=ExecutionStatus.RUNNING)) == {eid}
+        assert store.execution_list(job_id, status=ExecutionStatus.QUEUED) == []
+        [load] = store.execution_running_by_owner(tenant=None)
+        assert (load.owner, load.running) == (WORKER, 1)
+        assert store.execution_last_of_jobs([job_id])[job_id].status is ExecutionStatus.RUNNING
 
     def test_claim_ahead__beyond_the_horizon_or_without_one_is_handed_back(
         self, store: Store, clock: FakeClock
@@ -148,7 +166,7 @@ class ClaimAheadContract:
     ) -> None:
         held = _held_ahead(store, clock)
         assert store.execution_finish_many([_ok(held)]) == []
-        assert _get(store, held.execution.id).status is ExecutionStatus.RUNNING
+        assert _get(store, held.execution.id).status is ExecutionStatus.QUEUED
 
     def test_claim_ahead__another_claim_does_not_start_a_run_held_ahead(
         self, store: Store, clock: FakeClock

@@ -69,6 +69,13 @@ __all__ = ["ProtocolSimulationContract", "ProtocolSimulationMachine"]
 _T = TypeVar("_T")
 
 
+def _leased(e: Execution) -> bool:
+    """Under a worker's lease: running, or held ahead (it reads queued and names its holder)."""
+    return e.status is ExecutionStatus.RUNNING or (
+        e.status is ExecutionStatus.QUEUED and e.lease_owner is not None
+    )
+
+
 class ProtocolSimulationContract:
     """The protocol simulation, run on fresh stores of the backend."""
 
@@ -273,6 +280,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             eid
             for eid, e in self._all().items()
             if e.status is ExecutionStatus.QUEUED
+            and e.lease_owner is None  # not held ahead by a worker
             and e.shard in valid
             and e.shard in shards
             and (cutoff is None or e.due_at < cutoff)
@@ -285,7 +293,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         before = self._all()
         now = self.clock.now()
         reaped = self.store.execution_reap(limit)
-        running = {eid: e for eid, e in before.items() if e.status is ExecutionStatus.RUNNING}
+        running = {eid: e for eid, e in before.items() if _leased(e)}
         expired = {
             eid
             for eid, e in running.items()
@@ -380,7 +388,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             was = before.get(eid)
             holds = (
                 was is not None
-                and was.status is ExecutionStatus.RUNNING
+                and was.status is ExecutionStatus.QUEUED  # a run held ahead reads queued
                 and was.started_at is None
                 and was.lease_owner == worker
                 and was.fencing_token == token
@@ -414,7 +422,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             eid
             for eid, token in sent.items()
             if eid in before
-            and before[eid].status is ExecutionStatus.RUNNING
+            and _leased(before[eid])
             and before[eid].lease_owner == worker
             and before[eid].fencing_token == token
         }
@@ -455,7 +463,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
             live = {
                 eid
                 for eid, token in belief.items()
-                if before[eid].status is ExecutionStatus.RUNNING
+                if _leased(before[eid])
                 and before[eid].lease_owner == worker
                 and before[eid].fencing_token == token
             }
@@ -502,8 +510,7 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
         accepted = self.store.execution_finish_many([done])
         live = (
             before.status is ExecutionStatus.RUNNING
-            and token == before.fencing_token
-            and before.started_at is not None  # a run held ahead has not begun: nothing to end
+            and token == before.fencing_token  # a run held ahead reads queued: nothing to end
         )
         assert accepted == ([eid] if live else []), "acceptance is not exactly token == current"
         after = self.store.execution_get(eid)
@@ -533,9 +540,8 @@ class ProtocolSimulationMachine(RuleBasedStateMachine):
     def one_live_token_per_run(self) -> None:
         for eid, e in self._all().items():
             live = [a for a in e.attempts if a.outcome is AttemptOutcome.RUNNING]
-            if e.status is ExecutionStatus.RUNNING and e.started_at is None:  # held ahead
-                assert live == [], e.attempts
-                assert e.lease_owner is not None
+            if e.status is ExecutionStatus.QUEUED and e.lease_owner is not None:  # held ahead
+                assert live == [] and e.started_at is None, e.attempts
             elif e.status is ExecutionStatus.RUNNING:
                 assert len(live) == 1, e.attempts
                 assert live[0].fencing_token == e.fencing_token

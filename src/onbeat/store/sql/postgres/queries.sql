@@ -137,9 +137,12 @@ RETURNING id;
 SELECT * FROM executions WHERE id = :id;
 
 -- name: execution_list
+-- A run held ahead (running, not started) is filtered as it reads: queued (rows.execution_of).
 SELECT * FROM executions
 WHERE job_id = :job_id
-  AND (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:status AS text) IS NULL
+       OR CASE WHEN status = 'running' AND started_at IS NULL THEN 'queued' ELSE status END
+          = :status)
   AND (CAST(:before_scheduled_for AS bigint) IS NULL
        OR (scheduled_for, id) < (:before_scheduled_for, :before_id))
 ORDER BY scheduled_for DESC, id DESC
@@ -701,7 +704,8 @@ GROUP BY 4;
 SELECT e.lease_owner AS owner, count(*) FILTER (WHERE e.lease_expires_at > :now) AS running,
        count(*) FILTER (WHERE e.lease_expires_at <= :now) AS expired
 FROM runs e JOIN jobs j ON j.id = e.job_id
-WHERE e.status = 'running' AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
+WHERE e.status = 'running' AND e.started_at IS NOT NULL  -- not a run held ahead: it reads queued
+  AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
 GROUP BY e.lease_owner
 ORDER BY e.lease_owner;
 
@@ -728,6 +732,7 @@ SELECT e.* FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS j(value)
 CROSS JOIN LATERAL (
     SELECT n.* FROM executions n
     WHERE n.job_id = j.value AND n.status NOT IN ('scheduled', 'queued')
+      AND (n.status <> 'running' OR n.started_at IS NOT NULL)  -- held ahead: not started
     ORDER BY n.scheduled_for DESC
     LIMIT 1) AS e;
 

@@ -66,9 +66,12 @@ SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(:ids));
 SELECT * FROM executions WHERE id = :id;
 
 -- name: execution_list
+-- A run held ahead (running, not started) is filtered as it reads: queued (rows.execution_of).
 SELECT * FROM executions
 WHERE job_id = :job_id
-  AND (:status IS NULL OR status = :status)
+  AND (:status IS NULL
+       OR CASE WHEN status = 'running' AND started_at IS NULL THEN 'queued' ELSE status END
+          = :status)
   AND (:before_scheduled_for IS NULL OR (scheduled_for, id) < (:before_scheduled_for, :before_id))
 ORDER BY scheduled_for DESC, id DESC
 LIMIT :limit;
@@ -519,7 +522,8 @@ GROUP BY 4;
 SELECT e.lease_owner AS owner, sum(e.lease_expires_at > :now) AS running,
        sum(e.lease_expires_at <= :now) AS expired
 FROM runs e JOIN jobs j ON j.id = e.job_id
-WHERE e.status = 'running' AND (:tenant IS NULL OR j.tenant = :tenant)
+WHERE e.status = 'running' AND e.started_at IS NOT NULL  -- not a run held ahead: it reads queued
+  AND (:tenant IS NULL OR j.tenant = :tenant)
 GROUP BY e.lease_owner
 ORDER BY e.lease_owner;
 
@@ -553,7 +557,7 @@ UNION ALL
 SELECT r.* FROM json_each(:ids) AS j
 JOIN runs r ON r.id = (
     SELECT n.id FROM runs n
-    WHERE n.job_id = j.value AND n.status = 'running'
+    WHERE n.job_id = j.value AND n.status = 'running' AND n.started_at IS NOT NULL
     ORDER BY n.scheduled_for DESC
     LIMIT 1);
 
