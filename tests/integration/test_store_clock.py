@@ -46,6 +46,30 @@ def host_an_hour_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SystemClock, "now", lambda _self: datetime.now(UTC) + SKEW)
 
 
+def _pause_reads(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, *, before: float = 0, after: float = 0
+) -> None:
+    """Each query of the store's reads waits ``before`` seconds before it is sent and ``after``
+    seconds once the server has answered, before the process looks at the answer."""
+    read = store._read
+
+    @contextlib.contextmanager
+    def paused_read() -> Iterator[Any]:
+        with read() as c:
+            real_execute = c.execute
+
+            def execute(query: str, *args: Any) -> Any:
+                time.sleep(before)
+                cursor = real_execute(query, *args)
+                time.sleep(after)
+                return cursor
+
+            monkeypatch.setattr(c, "execute", execute)
+            yield c
+
+    monkeypatch.setattr(store, "_read", paused_read)
+
+
 def server_now(database_url: str) -> datetime:
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SELECT clock_timestamp()").fetchone()
@@ -149,21 +173,8 @@ def test_postgres_store__a_slow_round_trip_never_puts_now_ahead_of_the_servers(
     the middle of a slow read at a worker's start)."""
     store = PostgresStore(database_url)
     try:
-        read = store._read
-
-        @contextlib.contextmanager
-        def slow_trip() -> Iterator[Any]:
-            with read() as c:
-                real_execute = c.execute
-
-                def execute(query: str, *args: Any) -> Any:
-                    time.sleep(SLOW_TRIP)  # the query is slow to reach the server ...
-                    return real_execute(query, *args)  # ... which reads its clock at the end
-
-                monkeypatch.setattr(c, "execute", execute)
-                yield c
-
-        monkeypatch.setattr(store, "_read", slow_trip)
+        # the query is slow to reach the server, which reads its clock at the end
+        _pause_reads(store, monkeypatch, before=SLOW_TRIP)
         store._server_anchor = store._read_server_clock()
         ours = store.now()
         assert ours <= server_now(database_url)
@@ -180,22 +191,8 @@ def test_postgres_store__a_reading_a_pause_stretched_is_refused_and_the_last_car
     (N1 2026-12-01: a run reaped 0.5 s after it started). Such a reading is refused."""
     store = PostgresStore(database_url)
     try:
-        read = store._read
-
-        @contextlib.contextmanager
-        def pausing_read() -> Iterator[Any]:
-            with read() as c:
-                real_execute = c.execute
-
-                def execute(query: str, *args: Any) -> Any:
-                    cursor = real_execute(query, *args)  # the server has read its clock
-                    time.sleep(PAUSE)  # ... and the process pauses before it reads the answer
-                    return cursor
-
-                monkeypatch.setattr(c, "execute", execute)
-                yield c
-
-        monkeypatch.setattr(store, "_read", pausing_read)
+        # the server has read its clock, and the process pauses before it reads the answer
+        _pause_reads(store, monkeypatch, after=PAUSE)
         with pytest.raises(StoreUnavailableError, match="reading its clock took"):
             store._read_server_clock()
         assert store._server_anchor is not None
