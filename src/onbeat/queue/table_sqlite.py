@@ -10,7 +10,6 @@ SQLite cannot notify other processes: ``notifies`` is False and the queue polls 
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import threading
 import time
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Never, TypeVar
 
+from onbeat.batch_json import batch_json
 from onbeat.errors import QueueUnavailableError
 from onbeat.queue.table import QueueRow, one_line
 from onbeat.store.queries import load_named_sql
@@ -68,13 +68,13 @@ class SQLiteQueueDriver:
     async def remove(self, ids: Sequence[str]) -> None:
         def run(conn: sqlite3.Connection) -> None:
             with _immediate(conn):
-                conn.execute(self._sql["remove"], {"ids": json.dumps(list(ids))})
+                conn.execute(self._sql["remove"], {"ids": batch_json(list(ids))})
 
         await self._call("remove failed", run)
 
     async def missing(self, ids: Sequence[str]) -> list[str]:
         def run(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(self._sql["missing"], {"ids": json.dumps(list(ids))})
+            rows = conn.execute(self._sql["missing"], {"ids": batch_json(list(ids))})
             return [row[0] for row in rows]
 
         return await self._call("missing failed", run)

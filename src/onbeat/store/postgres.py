@@ -14,7 +14,6 @@ the cost of one query per resync, not one per transaction. A test passes a ``Clo
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -31,6 +30,7 @@ import psycopg.errors
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from onbeat.batch_json import batch_json
 from onbeat.clock import Clock
 from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefusedError
 from onbeat.model import JobEventKind
@@ -306,7 +306,7 @@ class PostgresStore(SQLStore):
 
     def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
         if execution_ids:
-            c.execute(self._q["jobs_lock_of_runs"], {"ids": json.dumps(list(execution_ids))})
+            c.execute(self._q["jobs_lock_of_runs"], {"ids": batch_json(list(execution_ids))})
 
     def _lock_shard_map(self, c: Connection) -> None:
         c.execute(self._q["shard_map_lock"])
@@ -315,7 +315,7 @@ class PostgresStore(SQLStore):
         """One statement over the batch as a JSON array: the jobs' INSERT ... RETURNING feeds
         the events' (a pipelined statement per job cost a keyed batch create about a third of
         its client CPU, and the jobs were read back after)."""
-        params = {"rows": json.dumps(rows), "now": now, "kind": JobEventKind.CREATED.value}
+        params = {"rows": batch_json(rows), "now": now, "kind": JobEventKind.CREATED.value}
         created: list[Row] = c.execute(self._q["jobs_insert_created"], params).fetchall()
         return created
 
@@ -325,7 +325,7 @@ class PostgresStore(SQLStore):
         """One statement over the batch as a JSON array; its ``RETURNING`` says which were
         inserted (a pipelined statement per run, then a read of which exist, cost a dispatch
         page a round of parse, bind and execute per run)."""
-        found = c.execute(self._q["executions_insert_many"], {"rows": json.dumps(rows)})
+        found = c.execute(self._q["executions_insert_many"], {"rows": batch_json(rows)})
         return {r[0] for r in found}
 
     def _start_runs(
@@ -334,7 +334,7 @@ class PostgresStore(SQLStore):
         """One statement: the runs' UPDATE ... RETURNING feeds the attempts' INSERT."""
         if not ids:
             return []
-        params = {"ids": json.dumps(list(ids)), "owner": owner, "now": now}
+        params = {"ids": batch_json(list(ids)), "owner": owner, "now": now}
         params |= {"lease_expires_at": lease_expires_at, "waited": self._waits_extend_leases}
         rows: list[Row] = c.execute(self._q["execution_start_many"], params).fetchall()
         return rows
@@ -345,7 +345,7 @@ class PostgresStore(SQLStore):
         """One statement: the runs' UPDATE ... RETURNING feeds the attempts' INSERT."""
         if not held:
             return {}
-        params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
+        params = {"held": batch_json(dict(held)), "owner": owner, "now": now}
         params |= {"lease_expires_at": lease_expires_at, "waited": self._waits_extend_leases}
         return {
             r["id"]: r["fencing_token"]
@@ -365,7 +365,7 @@ class PostgresStore(SQLStore):
             return c.execute(
                 self._q["execution_sweep_shards"],
                 {
-                    "shards": json.dumps(owned),
+                    "shards": batch_json(owned),
                     "before": before,
                     "after_shard": after_key[0],
                     "after_due_at": after_key[1],
@@ -380,7 +380,7 @@ class PostgresStore(SQLStore):
         if finishes:
             c.execute(
                 self._q["execution_finish_final"],
-                {"finishes": json.dumps(list(finishes)), "now": finishes[0]["now"]},
+                {"finishes": batch_json(list(finishes)), "now": finishes[0]["now"]},
             )
 
     def _move_final(self, c: Connection, ids: str) -> None:

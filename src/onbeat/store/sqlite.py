@@ -9,7 +9,6 @@ one file shares the machine's clock.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
@@ -21,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from onbeat.batch_json import batch_json
 from onbeat.clock import Clock, SystemClock
 from onbeat.errors import StoreOpenError, StoreWriteRefusedError
 from onbeat.model import JobEventKind
@@ -172,7 +172,7 @@ class SQLiteStore(SQLStore):
         ids = [row["id"] for row in rows]
         if new_jobs:
             return set(ids)
-        return {r[0] for r in c.execute(Q["executions_existing"], {"ids": json.dumps(ids)})}
+        return {r[0] for r in c.execute(Q["executions_existing"], {"ids": batch_json(ids)})}
 
     def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
         """The jobs, their events, then the jobs read back: SQLite has no data-modifying CTE
@@ -181,14 +181,14 @@ class SQLiteStore(SQLStore):
         created = [row["id"] for row in rows]
         kind = JobEventKind.CREATED.value
         c.executemany(Q["job_event_insert"], [{"id": i, "kind": kind, "now": now} for i in created])
-        found: list[Row] = c.execute(Q["jobs_by_ids"], {"ids": json.dumps(created)}).fetchall()
+        found: list[Row] = c.execute(Q["jobs_by_ids"], {"ids": batch_json(created)}).fetchall()
         return found
 
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
     ) -> list[Row]:
         """Start the runs, then insert their attempts: SQLite has no data-modifying CTE."""
-        params = {"ids": json.dumps(list(ids)), "owner": owner, "now": now}
+        params = {"ids": batch_json(list(ids)), "owner": owner, "now": now}
         params["lease_expires_at"] = lease_expires_at
         started: list[Row] = c.execute(Q["execution_start_many"], params).fetchall()
         self._insert_attempts(c, started, owner, now)
@@ -198,7 +198,7 @@ class SQLiteStore(SQLStore):
         self, c: Connection, owner: str, held: Mapping[str, int], now: int, lease_expires_at: int
     ) -> dict[str, int]:
         """Start the runs, then insert their attempts (as ``_start_runs``)."""
-        params = {"held": json.dumps(dict(held)), "owner": owner, "now": now}
+        params = {"held": batch_json(dict(held)), "owner": owner, "now": now}
         params["lease_expires_at"] = lease_expires_at
         started: list[Row] = c.execute(Q["execution_confirm_many"], params).fetchall()
         self._insert_attempts(c, started, owner, now)

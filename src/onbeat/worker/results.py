@@ -20,6 +20,8 @@ def stored_result(value: Any) -> Any:
     is larger than ``MAX_RESULT_BYTES`` of JSON, ``{"truncated": true, "bytes": <its JSON size>,
     "preview": <its first RESULT_PREVIEW_CHARS characters>}`` instead, so one task cannot bloat
     every read of its executions."""
+    if value is None:  # most tasks return nothing
+        return None
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from onbeat.batch_json import batch_json
 from onbeat.store.base import PendingAlert
 from onbeat.store.rows import from_us, to_us
 from onbeat.store.sql_store.base import SQLBase, retried
@@ -24,7 +25,7 @@ class AlertTransactions(SQLBase):
                 c.execute(
                     self._q["alerts_hold"],
                     {
-                        "ids": json.dumps([r["id"] for r in rows]),
+                        "ids": batch_json([r["id"] for r in rows]),
                         "until": now + int(hold * 1_000_000),
                     },
                 )
@@ -45,7 +46,7 @@ class AlertTransactions(SQLBase):
     def alert_done(self, alert_ids: Sequence[int]) -> None:
         if alert_ids:
             with self._tx() as c:
-                c.execute(self._q["alerts_delete"], {"ids": json.dumps(list(alert_ids))})
+                c.execute(self._q["alerts_delete"], {"ids": batch_json(list(alert_ids))})
 
     def alert_retry(self, retries: Mapping[int, tuple[datetime, str]]) -> None:
         if retries:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import logging
 import random
 import threading
@@ -15,6 +14,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+from onbeat.batch_json import batch_json
 from onbeat.errors import (
     NotFoundError,
 )
@@ -329,7 +329,7 @@ class SQLBase:
         transaction that ended them (one batch per transaction); the others stay."""
         batch = list(ids)
         if batch:
-            self._move_final(c, json.dumps(batch))
+            self._move_final(c, batch_json(batch))
 
     def _end_pending(
         self,
@@ -386,7 +386,7 @@ class SQLBase:
                 {
                     "kind": "skipped",
                     "job_id": job_id,
-                    "payload": json.dumps({"count": len(runs), "runs": runs[:MAX_ALERT_RUNS]}),
+                    "payload": batch_json({"count": len(runs), "runs": runs[:MAX_ALERT_RUNS]}),
                     "now": now,
                 }
                 for job_id, runs in by_job.items()
@@ -403,7 +403,7 @@ class SQLBase:
                 {
                     "kind": "dead_letter",
                     "job_id": d["job_id"],
-                    "payload": json.dumps(
+                    "payload": batch_json(
                         {
                             "execution_id": d["id"],
                             "attempts": d["attempts"],
@@ -420,7 +420,7 @@ class SQLBase:
         ids = sorted({r["job_id"] for r in rows if r["trigger"] == Trigger.SCHEDULE.value})
         if ids:
             c.execute(
-                self._q["job_complete_one_shot"], {"ids": json.dumps(ids), "now": self._now_us()}
+                self._q["job_complete_one_shot"], {"ids": batch_json(ids), "now": self._now_us()}
             )
 
     def _execution(self, c: Connection, execution_id: str) -> Execution:
@@ -431,7 +431,7 @@ class SQLBase:
 
     def _with_attempts(self, c: Connection, rows: Sequence[Row]) -> list[Execution]:
         by_id: dict[str, list[Attempt]] = {r["id"]: [] for r in rows}
-        for a in c.execute(self._q["attempts_of"], {"ids": json.dumps(list(by_id))}):
+        for a in c.execute(self._q["attempts_of"], {"ids": batch_json(list(by_id))}):
             by_id[a["execution_id"]].append(attempt_of(a))
         return [execution_of(r, tuple(by_id[r["id"]])) for r in rows]
 
@@ -440,5 +440,5 @@ class SQLBase:
         if job_ids:
             c.execute(
                 self._q["executions_wake_waiting"],
-                {"job_ids": json.dumps(sorted(set(job_ids))), "now": now_us},
+                {"job_ids": batch_json(sorted(set(job_ids))), "now": now_us},
             )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from onbeat.batch_json import batch_json
 from onbeat.model import (
     Execution,
     ExecutionStatus,
@@ -68,7 +68,7 @@ class DashboardReads(SQLBase):
                     args |= {"id_from": id_from, "limit": limit}
                     pages.append([r[0] for r in c.execute(self._q["job_search_ids_of_task"], args)])
             ids = list(itertools.islice(unique(heapq.merge(*pages)), limit))
-            return [job_of(r) for r in c.execute(self._q["jobs_by_ids"], {"ids": json.dumps(ids)})]
+            return [job_of(r) for r in c.execute(self._q["jobs_by_ids"], {"ids": batch_json(ids)})]
 
     def _tenants(self, c: Connection) -> list[str]:
         """Every tenant that has a job, one index seek each."""
@@ -103,7 +103,7 @@ class DashboardReads(SQLBase):
             "since": since_us,
             "until": to_us(until),
             "bucket": bucket_us,
-            "shards": json.dumps(list(range(self.shard_count))),
+            "shards": batch_json(list(range(self.shard_count))),
         }
         finished: list[Counter[ExecutionStatus]] = [Counter() for _ in range(count)]
         delays: list[Counter[int]] = [Counter() for _ in range(count)]
@@ -156,7 +156,7 @@ class DashboardReads(SQLBase):
 
     def execution_last_of_jobs(self, job_ids: Sequence[str]) -> dict[str, Execution]:
         with self._read() as c:
-            rows = c.execute(self._q["execution_last_of_jobs"], {"ids": json.dumps(list(job_ids))})
+            rows = c.execute(self._q["execution_last_of_jobs"], {"ids": batch_json(list(job_ids))})
             last: dict[str, Execution] = {}
             for r in rows:  # a backend may answer a job's newest final and running runs apart
                 run = execution_of(r, ())

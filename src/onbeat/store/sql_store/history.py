@@ -9,11 +9,11 @@ ended within the retention (so a run is kept at least that long after it ended).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from onbeat.batch_json import batch_json
 from onbeat.store.base import HistoryUpkeep
 from onbeat.store.rows import to_us
 from onbeat.store.sql_store.base import SQLBase
@@ -61,7 +61,7 @@ class HistoryTransactions(SQLBase):
                 ", ".join(day_date(d) for d in protected[:10]),
             )
         dropped = self._drop_day_partitions(first_kept, protected)
-        args = {"cutoff": cutoff, "days": json.dumps(protected), "limit": DELETE_BATCH}
+        args = {"cutoff": cutoff, "days": batch_json(protected), "limit": DELETE_BATCH}
         deleted = self._delete_in_batches(self._q["history_delete_expired"], args)
         self._delete_in_batches(self._q["attempts_delete_expired"], args)
         return HistoryUpkeep(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from onbeat.batch_json import batch_json
 from onbeat.errors import (
     ConflictError,
     NotFoundError,
@@ -123,7 +124,7 @@ class JobTransactions(LimitTransactions):
             if keys:
                 # Of concurrent submissions under one key, the others wait for the first to
                 # commit and insert nothing: rolled back, the retry replays the first's job.
-                params = {"keys": json.dumps(keys), "now": to_us(now)}
+                params = {"keys": batch_json(keys), "now": to_us(now)}
                 inserted = c.execute(self._q["idempotency_keys_insert"], params).fetchall()
                 if len(inserted) < len(keys):
                     raise _KeyTaken
@@ -150,7 +151,7 @@ class JobTransactions(LimitTransactions):
         c.execute(self._q["idempotency_key_prune"], {"before": to_us(now - IDEMPOTENCY_RETENTION)})
         found = {}
         for tenant, keys in by_tenant.items():
-            params = {"tenant": tenant, "keys": json.dumps(keys)}
+            params = {"tenant": tenant, "keys": batch_json(keys)}
             for r in c.execute(self._q["idempotency_keys_get"], params).fetchall():
                 found[(tenant, r["key"])] = (r["fingerprint"], r["job_id"])
         return found

@@ -10,12 +10,12 @@ the end of its transaction, in that order.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from onbeat.batch_json import batch_json
 from onbeat.limits import (
     GLOBAL,
     RATE_SLOT,
@@ -71,7 +71,7 @@ class LimitTransactions(SQLBase):
         return Usage(row["running"], None if row["tat"] is None else from_us(row["tat"]))
 
     def _overrides(self, c: Connection, tenants: Sequence[str]) -> dict[str, TenantLimits]:
-        rows = c.execute(self._q["tenant_limits_of"], {"tenants": json.dumps(sorted(tenants))})
+        rows = c.execute(self._q["tenant_limits_of"], {"tenants": batch_json(sorted(tenants))})
         return {
             r["tenant"]: TenantLimits(r["max_in_flight"], r["max_starts_per_second"]) for r in rows
         }
@@ -117,7 +117,7 @@ class LimitTransactions(SQLBase):
         usage: dict[str, Usage] = {}
         if limited or defaults.max_in_flight is not None:
             # The fleet's row first, always: tenant_usage_add writes it first too (lock order).
-            locked = json.dumps([GLOBAL, *limited])
+            locked = batch_json([GLOBAL, *limited])
             usage = {
                 r["tenant"]: Usage(r["running"], None if r["tat"] is None else from_us(r["tat"]))
                 for r in c.execute(self._q["tenant_usage_lock"], {"tenants": locked})
@@ -169,7 +169,7 @@ class LimitTransactions(SQLBase):
         c.execute(
             self._q["tenant_usage_add"],
             {
-                "changes": json.dumps(
+                "changes": batch_json(
                     [
                         {
                             "tenant": k,

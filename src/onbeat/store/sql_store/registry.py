@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from onbeat import validation
 from onbeat.auth import ApiKey
+from onbeat.batch_json import batch_json
 from onbeat.store.base import (
     PublishedTask,
     TaskDefaults,
@@ -105,6 +105,6 @@ class RegistryTransactions(SQLBase):
                 # A name no stored text can be (NUL, a lone surrogate) is nobody's task; sent to
                 # PostgreSQL it would be an error, not an answer.
                 storable = [n for n in names if validation.storable(n)]
-                params = {"since": since, "names": json.dumps(storable)}
+                params = {"since": since, "names": batch_json(storable)}
                 rows = c.execute(self._q["task_catalog_of_names"], params).fetchall()
         return [published_task_of(r) for r in rows]

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from onbeat.batch_json import batch_json
 from onbeat.limits import NO_LIMITS, RATE_SLOT, LimitDefaults
 from onbeat.model import (
     AttemptOutcome,
@@ -66,11 +67,11 @@ class RunTransactions(LimitTransactions):
             rows = {
                 r["id"]: r
                 for r in c.execute(
-                    self._q["execution_claim_candidates"], {"ids": json.dumps(list(execution_ids))}
+                    self._q["execution_claim_candidates"], {"ids": batch_json(list(execution_ids))}
                 )
                 if r["status"] == ExecutionStatus.QUEUED.value
             }
-            job_ids = json.dumps(sorted({r["job_id"] for r in rows.values()}))
+            job_ids = batch_json(sorted({r["job_id"] for r in rows.values()}))
             running: dict[str, list[RunningRun]] = {}
             for r in c.execute(self._q["execution_running_of_jobs"], {"job_ids": job_ids}):
                 running.setdefault(r["job_id"], []).append(
@@ -85,7 +86,7 @@ class RunTransactions(LimitTransactions):
                 for r in (
                     c.execute(
                         self._q["execution_newest_missed_of_jobs"],
-                        {"job_ids": json.dumps(late_jobs), "grace_line": grace_line},
+                        {"job_ids": batch_json(late_jobs), "grace_line": grace_line},
                     )
                     if late_jobs
                     else ()
@@ -104,7 +105,7 @@ class RunTransactions(LimitTransactions):
                 for r in (
                     c.execute(
                         self._q["execution_earliest_due_of_jobs"],
-                        {"job_ids": json.dumps(late), "now": now_us},
+                        {"job_ids": batch_json(late), "now": now_us},
                     )
                     if late
                     else ()
@@ -140,7 +141,7 @@ class RunTransactions(LimitTransactions):
             replaced = {k: v for k, v in plan.replaced.items() if k in limited.start}
             cancelled = self._replace(c, replaced, now_us)
             if plan.catchup:
-                c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(plan.catchup)})
+                c.execute(self._q["execution_mark_catchup"], {"ids": batch_json(plan.catchup)})
             to_start = [rows[run.id] for run in plan.start if run.id in limited.start]
             not_due = [
                 QueueItem(run.id, run.due_at, run.priority, run.shard) for run in plan.not_due
@@ -164,7 +165,7 @@ class RunTransactions(LimitTransactions):
                 started += c.execute(
                     self._q["execution_claim_ahead_many"],
                     {
-                        "ids": json.dumps(sorted(early)),
+                        "ids": batch_json(sorted(early)),
                         "owner": owner,
                         "grace": int(min(AHEAD_LEASE_GRACE, lease_ttl) * 1_000_000),
                     },
@@ -208,7 +209,7 @@ class RunTransactions(LimitTransactions):
             return {}
         found = c.execute(
             self._q["execution_earliest_due_of_jobs"],
-            {"job_ids": json.dumps(jobs), "now": MAX_US},
+            {"job_ids": batch_json(jobs), "now": MAX_US},
         )
         return {r["job_id"]: r["id"] for r in found}
 
@@ -256,7 +257,7 @@ class RunTransactions(LimitTransactions):
                 self._q["execution_heartbeat"],
                 {
                     "owner": owner,
-                    "held": json.dumps(dict(held)),
+                    "held": batch_json(dict(held)),
                     "lease_expires_at": now_us + int(lease_ttl * 1_000_000),
                     "now": now_us,
                     "waited": self._waits_extend_leases,
@@ -273,7 +274,7 @@ class RunTransactions(LimitTransactions):
                 r["id"]: r
                 for r in c.execute(
                     self._q["execution_current_tokens"],
-                    {"ids": json.dumps([x.execution_id for x in completions])},
+                    {"ids": batch_json([x.execution_id for x in completions])},
                 )
             }
             outcomes = []
@@ -316,13 +317,16 @@ class RunTransactions(LimitTransactions):
                 retry_in=done.retry_in,
             )
             status = end.status
+            result = None
+            if done.succeeded:  # most tasks return None: its JSON needs no encoder
+                result = "null" if done.result is None else json.dumps(done.result)
             finishes.append(
                 {
                     "id": r["id"],
                     "fencing_token": done.fencing_token,
                     "status": status.value,
                     "due_at": None if end.due_in is None else now_us + int(end.due_in * 1_000_000),
-                    "result": json.dumps(done.result) if done.succeeded else None,
+                    "result": result,
                     "error": done.error,
                     "reason": end.reason,
                     "uncount_attempt": int(end.uncount),
@@ -378,7 +382,7 @@ class RunTransactions(LimitTransactions):
             rows = [
                 r
                 for r in c.execute(
-                    self._q["execution_current_tokens"], {"ids": json.dumps(list(held))}
+                    self._q["execution_current_tokens"], {"ids": batch_json(list(held))}
                 )
                 if r["status"] == "running"
                 and r["lease_owner"] == owner
@@ -396,7 +400,7 @@ class RunTransactions(LimitTransactions):
             unstarted = [r for r in rows if r["started_at"] is None]
             if unstarted:  # claimed ahead: no attempt began, so none ends
                 c.execute(
-                    self._q["executions_unclaim"], {"ids": json.dumps([r["id"] for r in unstarted])}
+                    self._q["executions_unclaim"], {"ids": batch_json([r["id"] for r in unstarted])}
                 )
             self._finish(c, outcomes, now_us)
             self._usage_end(c, [r["tenant"] for r in unstarted])

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from onbeat.batch_json import batch_json
 from onbeat.model import (
     AttemptOutcome,
     Execution,
@@ -60,7 +60,7 @@ class SchedulingTransactions(LimitTransactions):
             acquired: set[int] = set()
             if len(held) > fair_share:
                 excess = sorted(held)[fair_share:]
-                c.execute(self._q["shard_give_up"], {"owner": owner, "shards": json.dumps(excess)})
+                c.execute(self._q["shard_give_up"], {"owner": owner, "shards": batch_json(excess)})
                 for shard in excess:
                     del held[shard]
             elif len(held) < fair_share:
@@ -95,7 +95,7 @@ class SchedulingTransactions(LimitTransactions):
             rows = c.execute(
                 self._q["execution_dispatch_candidates"],
                 {
-                    "shards": json.dumps(shards),
+                    "shards": batch_json(shards),
                     "horizon": to_us(now + timedelta(seconds=params.window)),
                     "limit": params.limit,
                 },
@@ -134,10 +134,10 @@ class SchedulingTransactions(LimitTransactions):
                 if plan.next_fire is not None:
                     next_fires[r["job_id"]] = (r, plan.next_fire)
             c.execute(
-                self._q["execution_mark_queued"], {"ids": json.dumps(to_queue), "now": now_us}
+                self._q["execution_mark_queued"], {"ids": batch_json(to_queue), "now": now_us}
             )
             if catchups:
-                c.execute(self._q["execution_mark_catchup"], {"ids": json.dumps(catchups)})
+                c.execute(self._q["execution_mark_catchup"], {"ids": batch_json(catchups)})
             if to_skip:
                 self._end_pending(
                     c, [r for r, _ in to_skip], ExecutionStatus.SKIPPED, [w for _, w in to_skip]
@@ -180,13 +180,13 @@ class SchedulingTransactions(LimitTransactions):
             page = c.execute(
                 self._q["jobs_cron_page_locked"],
                 {
-                    "shards": json.dumps(shards),
+                    "shards": batch_json(shards),
                     "after_shard": start.shard,
                     "after_id": start.job_id,
                     "limit": limit,
                 },
             ).fetchall()
-            ids = json.dumps([r["id"] for r in page])
+            ids = batch_json([r["id"] for r in page])
             for r in c.execute(self._q["jobs_next_run_state"], {"ids": ids}):
                 if r["has_next_run"]:
                     continue
@@ -267,7 +267,7 @@ class SchedulingTransactions(LimitTransactions):
         with self._tx() as c:
             self._lock_jobs_of_runs(c, list(expired))
             reaped = c.execute(
-                self._q["execution_reap"], {"decisions": json.dumps(decisions), "now": now_us}
+                self._q["execution_reap"], {"decisions": batch_json(decisions), "now": now_us}
             ).fetchall()
             c.executemany(
                 self._q["attempt_finish"],
