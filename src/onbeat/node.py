@@ -207,11 +207,12 @@ async def serve(
         loop.add_signal_handler(sig, _stop_signal, node, sig)
     parts = [*node.parts, *(["api"] if listen is not None else [])]
     log.info(
-        "onbeat node up (%s): store %s, queue %s, %d tasks",
+        "onbeat node up (%s): store %s, queue %s, %d tasks, event loop %s",
         ", ".join(parts),
         redact_url(app.settings.database_url),
         redact_url(app.settings.queue_url) if node.parts else "none",
         len(list(app.registry)),
+        type(loop).__module__.partition(".")[0],  # uvloop or asyncio
     )
     if app.settings.queue_url.startswith("memory://") and len(node.parts) == 1:
         log.warning(

@@ -177,6 +177,31 @@ def test_metrics_port__a_scheduler_or_worker_process_serves_its_metrics(
         process.wait(timeout=30)
 
 
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_event_loop__a_process_runs_on_the_loop_its_setting_names(
+    tmp_path: Path, event_loop: str
+) -> None:
+    database_url = f"sqlite:///{tmp_path / 'o.db'}"
+    env = {**base_env(), "ONBEAT_LOG_LEVEL": "INFO", "ONBEAT_EVENT_LOOP": event_loop}
+    with subprocess.Popen(
+        [sys.executable, "-m", "onbeat", "scheduler", "--database-url", database_url],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            assert process.stderr is not None
+            for line in process.stderr:  # ends when the process does
+                if "onbeat node up" in line:
+                    assert f"event loop {event_loop}" in line
+                    break
+            else:
+                pytest.fail(f"the process ended without starting (status {process.wait()})")
+        finally:
+            process.terminate()
+
+
 @pytest.mark.parametrize("unreachable", ["store", "queue"])
 def test_start__an_unreachable_postgresql_or_redis_is_one_line_without_the_password(
     tmp_path: Path, unreachable: str

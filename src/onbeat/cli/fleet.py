@@ -10,6 +10,7 @@ it starts, and rides out later outages (see docs/settings.md).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -25,7 +26,7 @@ from onbeat.cli.options import (
     setting_options,
     settings_from,
 )
-from onbeat.settings import redact_url
+from onbeat.settings import Settings, redact_url
 from onbeat.store import open_store, pending_migrations
 
 
@@ -41,7 +42,20 @@ def start(app: App, what: str, *, scheduler: bool, worker: bool, api: bool) -> N
     queue = f", queue {redact_url(settings.queue_url)}" if scheduler or worker else ""
     banner = f"onbeat {what}: store {redact_url(settings.database_url)}{queue}"
     listen = (settings.host, settings.port) if api else None
-    asyncio.run(serve(app, listen, scheduler=scheduler, worker=worker, banner=banner))
+    with asyncio.Runner(loop_factory=event_loop_factory(settings)) as runner:
+        runner.run(serve(app, listen, scheduler=scheduler, worker=worker, banner=banner))
+
+
+def event_loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop unless ``event_loop`` says otherwise or it is not installed; None: the
+    standard library's."""
+    if settings.event_loop != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def refuse_open_api(app: App) -> None:
