@@ -30,6 +30,7 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from onbeat.clock import Clock
 from onbeat.limits import LimitDefaults
@@ -93,6 +94,39 @@ class _Held:
         return self.run.execution.fencing_token
 
 
+@dataclass(frozen=True, slots=True)
+class _HeldAhead:
+    """A run claimed ahead of its due time, and the run it becomes once confirmed, built when
+    it is claimed: at the instant of a burst every microsecond of Python a run costs delays the
+    last start (``bench/burst_start.py``)."""
+
+    claimed: ClaimedRun
+    confirmed: _Held
+    """The run as the confirm makes it: the next fencing token and attempt (the confirm's
+    statement sets exactly these). Its ``started_at`` is its due time, which only marks it as
+    started here; the store records the confirm's own time."""
+
+    @staticmethod
+    def of(run: ClaimedRun) -> _HeldAhead:
+        ex = run.execution
+        confirmed = dataclasses.replace(
+            ex, fencing_token=ex.fencing_token + 1, attempt=ex.attempt + 1, started_at=ex.due_at
+        )
+        return _HeldAhead(run, _Held(dataclasses.replace(run, execution=confirmed)))
+
+    @property
+    def id(self) -> str:
+        return self.claimed.execution.id
+
+    @property
+    def token(self) -> int:
+        return self.claimed.execution.fencing_token
+
+    @property
+    def due_at(self) -> datetime:
+        return self.claimed.execution.due_at
+
+
 class Worker:
     def __init__(
         self,
@@ -131,7 +165,7 @@ class Worker:
         """execution id -> fencing token of runs a claim committed that the event loop has not
         started yet (it may be blocked by a task): the heartbeat renews them too. Changed under
         ``_held_lock``, from the claim's thread and the loop."""
-        self._ahead: dict[str, ClaimedRun] = {}
+        self._ahead: dict[str, _HeldAhead] = {}
         """Runs claimed ahead of their due time, not confirmed yet. Event loop only."""
         self._ahead_leases: dict[str, int] = {}
         """execution id -> token of the runs claimed ahead and not confirmed, under
@@ -250,7 +284,7 @@ class Worker:
         self._claims.succeeded()
         self._held_back = claim.held_back
         # before any other await: every started run is tracked
-        early = [r for r in claim.started if r.execution.started_at is None]
+        early = [_HeldAhead.of(r) for r in claim.started if r.execution.started_at is None]
         self._start([r for r in claim.started if r.execution.started_at is not None])
         self._hold_ahead(early)
         self._ahead_refused = bool(room) and not early and len(claim.not_due) == len(ids)
@@ -335,11 +369,11 @@ class Worker:
                 log.info("execution started", extra=run_fields(ex, task=held.run.task))
 
     # --- runs claimed ahead ------------------------------------------------------------------
-    def _hold_ahead(self, runs: Sequence[ClaimedRun]) -> None:
+    def _hold_ahead(self, runs: Sequence[_HeldAhead]) -> None:
         """Keep runs claimed ahead until their due time (their leases are in ``_ahead_leases``,
         which a blocked loop hands back)."""
         if runs:
-            self._ahead.update((run.execution.id, run) for run in runs)
+            self._ahead.update((run.id, run) for run in runs)
             self._ahead_added.set()
 
     async def _ahead_loop(self) -> None:
@@ -349,7 +383,7 @@ class Worker:
             if not self._ahead:
                 await sleep_or_wake(self.clock, 1.0, self._ahead_added, self._stopping)
                 continue
-            due = min(run.execution.due_at for run in self._ahead.values())
+            due = min(run.due_at for run in self._ahead.values())
             wait = (due - self.clock.now()).total_seconds()
             if wait > 0:
                 await sleep_or_wake(self.clock, wait, self._ahead_added, self._stopping)
@@ -361,15 +395,11 @@ class Worker:
         """Confirm the runs held ahead that are due, start those confirmed (as slots free) and
         release the others; False if the store failed (they stay held, to try again)."""
         now = self.clock.now()
-        due = [run for run in self._ahead.values() if run.execution.due_at <= now]
+        due = [run for run in self._ahead.values() if run.due_at <= now]
         for run in due:
-            del self._ahead[run.execution.id]
+            del self._ahead[run.id]
         with self._held_lock:  # the watchdog may have handed some back meanwhile
-            held = {
-                run.execution.id: run.execution.fencing_token
-                for run in due
-                if self._ahead_leases.get(run.execution.id) == run.execution.fencing_token
-            }
+            held = {run.id: run.token for run in due if self._ahead_leases.get(run.id) == run.token}
         if not held:
             return True
         confirming = asyncio.ensure_future(
@@ -385,11 +415,11 @@ class Worker:
                     await asyncio.wait([confirming])
             confirmed = {} if confirming.exception() else confirming.result()
             self._track_confirmed(due, confirmed, start=False)  # held: shutdown releases them
-            self._hold_ahead([run for run in due if run.execution.id not in confirmed])
+            self._hold_ahead([run for run in due if run.id not in confirmed])
             raise
         except Exception:
             self._confirms.failed(f"{len(held)} runs kept for the next try")
-            self._hold_ahead([run for run in due if run.execution.id in held])
+            self._hold_ahead([run for run in due if run.id in held])
             return False
         self._confirms.succeeded()
         self._track_confirmed(due, tokens, start=True)
@@ -405,27 +435,21 @@ class Worker:
         return True
 
     def _track_confirmed(
-        self, due: Sequence[ClaimedRun], tokens: dict[str, int], *, start: bool
+        self, due: Sequence[_HeldAhead], tokens: dict[str, int], *, start: bool
     ) -> None:
         """Hold the runs the store confirmed, under their new tokens (the heartbeat renews their
         leases from now on, as any started run's): started as slots free, or, while stopping,
         only held, so that shutdown releases them."""
-        now = self.clock.now()
         confirmed = []
         with self._held_lock:
             for run in due:
-                eid = run.execution.id
-                if eid in tokens and self._ahead_leases.pop(eid, None) is not None:
-                    execution = dataclasses.replace(
-                        run.execution,
-                        fencing_token=tokens[eid],
-                        attempt=run.execution.attempt + 1,
-                        started_at=now,
-                    )
-                    held = _Held(
-                        ClaimedRun(execution, run.task, run.params, run.timeout, run.retry)
-                    )
-                    self._held[eid] = held
+                token = tokens.get(run.id)
+                if token is not None and self._ahead_leases.pop(run.id, None) is not None:
+                    held = run.confirmed
+                    if held.token != token:  # not the confirm this worker knows: its token wins
+                        execution = dataclasses.replace(held.run.execution, fencing_token=token)
+                        held = _Held(dataclasses.replace(held.run, execution=execution))
+                    self._held[run.id] = held
                     confirmed.append(held)
         if start:
             self._ready.extend(confirmed)
@@ -681,7 +705,7 @@ class Worker:
             ahead = {
                 eid: token
                 for eid, run in self._ahead.items()
-                if (token := self._ahead_leases.pop(eid, None)) == run.execution.fencing_token
+                if (token := self._ahead_leases.pop(eid, None)) == run.token
             }
         self._ahead.clear()
         self._ready.clear()  # held (no task): released below
