@@ -193,14 +193,16 @@ class Store(Protocol):
         other fields apply to every run that starts afterwards.
 
         Concurrency: serialised with the job's other writes (edit, pause, dispatch, claim) by a
-        lock on the job: it keeps one planned run, at a fire time of the schedule in force."""
+        lock on the job: it keeps one planned run, at a fire time of the schedule in force. A run
+        a claim or confirm that committed first started, started before the edit's instant."""
         ...
 
     def job_pause(self, job_id: str) -> Job:
         """Stop dispatching the job's runs; pending executions wait, running ones finish.
 
-        Concurrency: serialised with the job's other writes: a claim that commits after it holds
-        the run back; one that committed before it has started the run."""
+        Concurrency: serialised with the job's other writes: a claim or confirm that commits
+        after it holds the run back; one that committed before it started the run before the
+        pause's instant."""
         ...
 
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
@@ -214,8 +216,9 @@ class Store(Protocol):
     def job_cancel(self, job_id: str) -> Job:
         """Make the job inactive for good; its pending executions are cancelled.
 
-        Concurrency: serialised with the job's other writes: a run a claim started first runs on
-        (and is not retried); no claim that commits after it starts one."""
+        Concurrency: serialised with the job's other writes: a run a claim or confirm started
+        first started before the cancel's instant and runs on (it is not retried); no claim or
+        confirm that commits after it starts one."""
         ...
 
     def job_run_now(self, job_id: str) -> Execution:

@@ -194,10 +194,10 @@ class ClaimAheadContract:
         self, store: Store, clock: FakeClock
     ) -> None:
         held = _held_ahead(store, clock)
-        store.job_pause(held.execution.job_id)
+        store.job_pause(held.execution.job_id)  # makes it pending again, as a cancel does
         clock.advance(2)
         assert store.execution_confirm(WORKER, _held(held), RUN_TTL) == {}
-        assert store.execution_release(WORKER, _held(held)) == 1
+        assert store.execution_release(WORKER, _held(held)) == 0
         stored = _get(store, held.execution.id)
         assert (stored.status, stored.attempt, stored.attempts) == (
             ExecutionStatus.SCHEDULED,

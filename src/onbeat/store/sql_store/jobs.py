@@ -215,11 +215,12 @@ class JobTransactions(LimitTransactions):
 
     @retried
     def job_update(self, job_id: str, changes: JobChanges) -> Job:
-        now = self.now()
         with self._tx() as c:
             job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be edited")
+            # Runs held ahead were claimed under the old fields: claimed again, they get the new.
+            now = self._decision_instant(c, job)
             retry = changes.retry or job.retry
             columns: dict[str, Any] = {
                 "id": job_id,
@@ -237,8 +238,6 @@ class JobTransactions(LimitTransactions):
                 "next_fire_at": to_us(job.next_fire_at) if job.next_fire_at else None,
                 "now": to_us(now),
             }
-            # Runs held ahead were claimed under the old fields: claimed again, they get the new.
-            self._unclaim_unstarted(c, job)
             if changes.schedule is not None:
                 # The old schedule was in force until now: its fire times up to now keep (or get)
                 # their records and run as planned; its future ones were never due and go.
@@ -264,12 +263,17 @@ class JobTransactions(LimitTransactions):
                 self._event(c, job_id, JobEventKind.RESCHEDULED, to_us(now))
             return job_of(c.execute(self._q["job_get"], {"id": job_id}).fetchone())
 
-    def _unclaim_unstarted(self, c: Connection, job: Job) -> None:
-        """Make the job's runs a worker claimed ahead, and has not started, pending again, so
-        that an edit or a cancel decides on them as on any pending run (the worker's confirm at
-        their due time then finds them gone)."""
+    def _decision_instant(self, c: Connection, job: Job) -> datetime:
+        """The instant an edit, pause or cancel of the locked ``job`` takes effect at, read once
+        the job's runs a worker claimed ahead, and has not started, are pending again, so that
+        the decision treats them as any pending run. A confirm (which locks runs, not the job)
+        that started one committed before that write, so before this instant; one that comes
+        after waits on the row and finds it unclaimed. Read before the write, the instant could
+        precede a run a confirm started meanwhile: a run of a fire time after its job's cancel
+        (found by the fault suite's S4)."""
         unclaimed = c.execute(self._q["executions_unclaim_of_job"], {"job_id": job.id}).fetchall()
         self._usage_end(c, [job.tenant] * len(unclaimed))
+        return self.now()
 
     def _record_fires_until(self, c: Connection, job: Job, now: datetime) -> None:
         """Give every fire time of the job's schedule up to ``now`` its record, before the schedule
@@ -296,7 +300,7 @@ class JobTransactions(LimitTransactions):
                 return job
             # As for a cancel: the fire times up to the pause event's instant were in force and
             # must have their records, even those a stalled scheduler never planned.
-            now = self.now()
+            now = self._decision_instant(c, job)
             self._record_fires_until(c, job, now)
             return self._set_status(c, job, JobStatus.PAUSED, JobEventKind.PAUSED, now)
 
@@ -345,9 +349,8 @@ class JobTransactions(LimitTransactions):
             job = job_of(self._job_for_update(c, job_id))
             # One instant for all of it: the fire times up to the cancel event's instant (where
             # the audit ends the job's active time) must all have their records.
-            now = self.now()
+            now = self._decision_instant(c, job)
             if job.status is not JobStatus.CANCELLED:
-                self._unclaim_unstarted(c, job)
                 self._record_fires_until(c, job, now)
             cancelled = c.execute(
                 self._q["executions_cancel_pending"],
