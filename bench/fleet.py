@@ -355,6 +355,7 @@ def throughput_phase(fleet: Fleet, monitor: CpuMonitor, starts: Starts) -> dict[
             all_succeeded_at = time.time()
             break
         time.sleep(0.2)
+    fleet.wait_up()  # a worker the others left nothing to was perhaps still starting
     figures = starts.figures(n)
     return {
         **drain_figures(figures, n, submit_s, launched),

@@ -199,12 +199,13 @@ async def serve(
     once). The store and queue are checked first (OnbeatError, one line, if either cannot be
     reached); then ``banner`` is printed. Prints the API's URLs once it listens."""
     node = Node(app, scheduler=scheduler, worker=worker)
-    await node.check()
-    if banner is not None:
-        print(banner, flush=True)
+    # before the checks and the banner: a process that printed it stops gracefully on SIGTERM
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _stop_signal, node, sig)
+    await node.check()
+    if banner is not None:
+        print(banner, flush=True)
     parts = [*node.parts, *(["api"] if listen is not None else [])]
     log.info(
         "onbeat node up (%s): store %s, queue %s, %d tasks, event loop %s",

@@ -193,7 +193,7 @@ async def test_claim_ahead__a_blocked_loop_hands_the_runs_held_ahead_back(node: 
     for run in _runs(node, jobs):
         assert (run.status, run.attempt, run.attempts) == (ExecutionStatus.SCHEDULED, 0, ())
     node.clock.advance(1.5)
-    assert await worker._confirm_due()  # nothing of its own left to confirm
+    assert await worker._ahead.confirm_due()  # nothing of its own left to confirm
     assert node.calls.seen == []
     await node.step()
     assert len(node.calls.seen) == 2

@@ -13,24 +13,22 @@ back to the store (released) from the watchdog's thread, to start elsewhere; and
 store started is tracked (heartbeated, then finished or released) from the moment the claim
 returns, even when the worker is stopping.
 
-With ``claim_ahead``, an idle worker also claims runs due within that many seconds, holds them
-(not started, leased until shortly after their due time) and, at their due time, confirms them in one store call and starts
-those confirmed: a burst starts at the pace of one write instead of the claims' (see
-``Store.execution_claim``). A run confirmed while every slot is busy waits in ``_ready``.
+With ``claim_ahead``, an idle worker also claims runs due within that many seconds; it holds
+them until their due time, confirms them then and starts those confirmed (``ahead.py``). A run
+confirmed while every slot is busy waits in ``_ready``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from functools import partial
 
 from onbeat.clock import Clock
 from onbeat.limits import LimitDefaults
@@ -41,9 +39,11 @@ from onbeat.scheduler import process_name, sleep_or_wake
 from onbeat.settings import Settings
 from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
 from onbeat.task import Pool, Task, TaskRegistry
+from onbeat.worker.ahead import ClaimsAhead, HeldAhead
 from onbeat.worker.attempt import run_attempt
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
+from onbeat.worker.held import Held
 from onbeat.worker.instruments import TaskInstruments
 from onbeat.worker.outage import FailureStreak
 from onbeat.worker.outcomes import report_outcomes
@@ -77,56 +77,6 @@ class WorkerStats:
     """Times the event loop did not answer for ``loop_stall_warning`` seconds (see watchdog.py)."""
 
 
-@dataclass(eq=False, slots=True)
-class _Held:
-    """A run this worker holds the lease of, from its claim until its outcome is written."""
-
-    run: ClaimedRun
-    task: asyncio.Task[None] | None = None
-    """The asyncio task running it; None if it was claimed while the worker was stopping (it is
-    released, never started)."""
-    began: bool = False
-    """Its task has begun (on the loop): a run not begun yet may be handed back while a task
-    blocks the loop (``Worker._hand_back_unstarted``)."""
-
-    @property
-    def token(self) -> int:
-        return self.run.execution.fencing_token
-
-
-@dataclass(frozen=True, slots=True)
-class _HeldAhead:
-    """A run claimed ahead of its due time, and the run it becomes once confirmed, built when
-    it is claimed: at the instant of a burst every microsecond of Python a run costs delays the
-    last start (``bench/burst_start.py``)."""
-
-    claimed: ClaimedRun
-    confirmed: _Held
-    """The run as the confirm makes it: the next fencing token and attempt (the confirm's
-    statement sets exactly these). Its ``started_at`` is its due time, which only marks it as
-    started here; the store records the confirm's own time."""
-
-    @staticmethod
-    def of(run: ClaimedRun) -> _HeldAhead:
-        ex = run.execution
-        confirmed = dataclasses.replace(
-            ex, fencing_token=ex.fencing_token + 1, attempt=ex.attempt + 1, started_at=ex.due_at
-        )
-        return _HeldAhead(run, _Held(dataclasses.replace(run, execution=confirmed)))
-
-    @property
-    def id(self) -> str:
-        return self.claimed.execution.id
-
-    @property
-    def token(self) -> int:
-        return self.claimed.execution.fencing_token
-
-    @property
-    def due_at(self) -> datetime:
-        return self.claimed.execution.due_at
-
-
 class Worker:
     def __init__(
         self,
@@ -157,7 +107,7 @@ class Worker:
         self.clock = clock
         self.owner = owner or process_name("worker")
         self.stats = WorkerStats()
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, Held] = {}
         """execution id -> the run, until its outcome is written. Changed on the event loop only,
         under ``_held_lock``, which the heartbeat thread takes to snapshot it."""
         self._held_lock = threading.Lock()
@@ -165,18 +115,10 @@ class Worker:
         """execution id -> fencing token of runs a claim committed that the event loop has not
         started yet (it may be blocked by a task): the heartbeat renews them too. Changed under
         ``_held_lock``, from the claim's thread and the loop."""
-        self._ahead: dict[str, _HeldAhead] = {}
-        """Runs claimed ahead of their due time, not confirmed yet. Event loop only."""
-        self._ahead_leases: dict[str, int] = {}
-        """execution id -> token of the runs claimed ahead and not confirmed, under
-        ``_held_lock`` (the claim's thread adds, the watchdog hands back). Not heartbeated: their
-        lease ends shortly after their due time (``AHEAD_LEASE_GRACE``), so that runs held by a
-        worker that died, or whose loop is blocked at their instant, are freed then."""
-        self._ahead_added = asyncio.Event()
-        self._ahead_refused = False
-        """The last claim ahead got runs but could hold none (a limit, a run of their job): wait
-        for them to fall due instead of claiming them ahead again at once."""
-        self._ready: deque[_Held] = deque()
+        self._ahead = ClaimsAhead(
+            store, self.owner, settings, clock, self._held_lock, self._held, self._start_confirmed
+        )
+        self._ready: deque[Held] = deque()
         """Runs confirmed (started in the store) waiting for a free slot."""
         self._ready_empty = asyncio.Event()
         self._filling = False
@@ -190,7 +132,6 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._claims = FailureStreak("claiming", log)
-        self._confirms = FailureStreak("confirming runs claimed ahead", log)
         self._flushes = FailureStreak("recording outcomes", log)
         self._async_executor = AsyncExecutor(clock)
         self._default_pool: Pool = settings.pool
@@ -259,7 +200,7 @@ class Worker:
         # Runs the limits held back took no place: ask for as many more (the store starts at
         # most `free`), so a tenant's burst gets its slots in few claims even when few are free.
         ask = min(free + self._held_back, self.settings.claim_batch)
-        room = self._ahead_room() if ahead else 0
+        room = self._ahead.room() if ahead else 0
         try:
             ids = await self.queue.claim_due(ask)
             if len(ids) < ask and room:  # nothing more due now: take what falls due next
@@ -284,10 +225,10 @@ class Worker:
         self._claims.succeeded()
         self._held_back = claim.held_back
         # before any other await: every started run is tracked
-        early = [_HeldAhead.of(r) for r in claim.started if r.execution.started_at is None]
+        early = [HeldAhead.of(r) for r in claim.started if r.execution.started_at is None]
         self._start([r for r in claim.started if r.execution.started_at is not None])
-        self._hold_ahead(early)
-        self._ahead_refused = bool(room) and not early and len(claim.not_due) == len(ids)
+        self._ahead.hold(early)
+        self._ahead.refused = bool(room) and not early and len(claim.not_due) == len(ids)
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
             try:
@@ -298,12 +239,6 @@ class Worker:
                     len(claim.not_due),
                 )
         return len(ids) - len(claim.not_due), len(claim.started)
-
-    def _ahead_room(self) -> int:
-        """How many more runs this worker may claim ahead of their due time now."""
-        if self.settings.claim_ahead <= 0 or self._ahead_refused:
-            return 0
-        return max(0, self.settings.claim_ahead_max - len(self._ahead))
 
     def _claim_leases(self, ids: list[str], free: int, room: int) -> ClaimResult:
         """The store's claim, in a thread. The heartbeat knows the leases it took from the
@@ -321,7 +256,7 @@ class Worker:
         )
         with self._held_lock:
             for r in claim.started:
-                leases = self._claimed if r.execution.started_at is not None else self._ahead_leases
+                leases = self._claimed if r.execution.started_at is not None else self._ahead.leases
                 leases[r.execution.id] = r.execution.fencing_token
         return claim
 
@@ -344,12 +279,12 @@ class Worker:
         for run in runs:
             if run.execution.id in self._held:  # lost its lease, then claimed again by us
                 self._cancel_local(run.execution.id, "claimed again with a newer fencing token")
-            started.append(_Held(run))
+            started.append(Held(run))
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
         self._begin(started)
 
-    def _begin(self, started: Sequence[_Held]) -> None:
+    def _begin(self, started: Sequence[Held]) -> None:
         """Make the asyncio tasks of held runs, each taking a slot."""
         for held in started:
             held.task = asyncio.create_task(
@@ -369,96 +304,15 @@ class Worker:
                 log.info("execution started", extra=run_fields(ex, task=held.run.task))
 
     # --- runs claimed ahead ------------------------------------------------------------------
-    def _hold_ahead(self, runs: Sequence[_HeldAhead]) -> None:
-        """Keep runs claimed ahead until their due time (their leases are in ``_ahead_leases``,
-        which a blocked loop hands back)."""
-        if runs:
-            self._ahead.update((run.id, run) for run in runs)
-            self._ahead_added.set()
-
-    async def _ahead_loop(self) -> None:
-        """At each due time of the runs held ahead, confirm those due and start them."""
-        while not self._stopping.is_set():
-            self._ahead_added.clear()
-            if not self._ahead:
-                await sleep_or_wake(self.clock, 1.0, self._ahead_added, self._stopping)
-                continue
-            due = min(run.due_at for run in self._ahead.values())
-            wait = (due - self.clock.now()).total_seconds()
-            if wait > 0:
-                await sleep_or_wake(self.clock, wait, self._ahead_added, self._stopping)
-                continue
-            if not await self._confirm_due():
-                await sleep_or_wake(self.clock, self._confirms.backoff, self._stopping)
-
-    async def _confirm_due(self) -> bool:
-        """Confirm the runs held ahead that are due, start those confirmed (as slots free) and
-        release the others; False if the store failed (they stay held, to try again)."""
-        now = self.clock.now()
-        due = [run for run in self._ahead.values() if run.due_at <= now]
-        for run in due:
-            del self._ahead[run.id]
-        with self._held_lock:  # the watchdog may have handed some back meanwhile
-            held = {run.id: run.token for run in due if self._ahead_leases.get(run.id) == run.token}
-        if not held:
-            return True
-        confirming = asyncio.ensure_future(
-            asyncio.to_thread(
-                self.store.execution_confirm, self.owner, held, self.settings.lease_ttl
-            )
-        )
-        try:
-            tokens = await asyncio.shield(confirming)
-        except asyncio.CancelledError:  # stopping: the confirm commits all the same
-            while not confirming.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait([confirming])
-            confirmed = {} if confirming.exception() else confirming.result()
-            self._track_confirmed(due, confirmed, start=False)  # held: shutdown releases them
-            self._hold_ahead([run for run in due if run.id not in confirmed])
-            raise
-        except Exception:
-            self._confirms.failed(f"{len(held)} runs kept for the next try")
-            self._hold_ahead([run for run in due if run.id in held])
-            return False
-        self._confirms.succeeded()
-        self._track_confirmed(due, tokens, start=True)
-        refused = {eid: token for eid, token in held.items() if eid not in tokens}
-        if refused:  # cancelled, edited away, paused or lost before their time
-            with self._held_lock:
-                for eid in refused:
-                    self._ahead_leases.pop(eid, None)
-            try:
-                await asyncio.to_thread(self.store.execution_release, self.owner, refused)
-            except Exception as exc:
-                log.warning("releasing %d runs not confirmed failed (%s)", len(refused), exc)
-        return True
-
-    def _track_confirmed(
-        self, due: Sequence[_HeldAhead], tokens: dict[str, int], *, start: bool
-    ) -> None:
-        """Hold the runs the store confirmed, under their new tokens (the heartbeat renews their
-        leases from now on, as any started run's): started as slots free, or, while stopping,
-        only held, so that shutdown releases them."""
-        confirmed = []
-        with self._held_lock:
-            for run in due:
-                token = tokens.get(run.id)
-                if token is not None and self._ahead_leases.pop(run.id, None) is not None:
-                    held = run.confirmed
-                    if held.token != token:  # not the confirm this worker knows: its token wins
-                        execution = dataclasses.replace(held.run.execution, fencing_token=token)
-                        held = _Held(dataclasses.replace(held.run, execution=execution))
-                    self._held[run.id] = held
-                    confirmed.append(held)
-        if start:
-            self._ready.extend(confirmed)
-            self._fill()
+    def _start_confirmed(self, confirmed: list[Held]) -> None:
+        """Start runs the store confirmed at their due time, as slots free."""
+        self._ready.extend(confirmed)
+        self._fill()
 
     def _fill(self) -> None:
         """Start confirmed runs waiting in ``_ready`` while slots are free."""
         self._filling = False
-        batch: list[_Held] = []
+        batch: list[Held] = []
         while self._ready and self._executing + len(batch) < self.settings.concurrency:
             held = self._ready.popleft()
             if self._held.get(held.run.execution.id) is held:  # not handed back or fenced
@@ -481,9 +335,9 @@ class Worker:
         with self._held_lock:
             for run in started:  # claimed ahead: released as they were (no attempt began)
                 eid = run.execution.id
-                if self._ahead_leases.pop(eid, None) == run.execution.fencing_token:
+                if self._ahead.leases.pop(eid, None) == run.execution.fencing_token:
                     unstarted.append(run)
-            self._held.update((run.execution.id, _Held(run)) for run in unstarted)
+            self._held.update((run.execution.id, Held(run)) for run in unstarted)
 
     def _still_claimed(self, runs: Sequence[ClaimedRun]) -> list[ClaimedRun]:
         """The runs of a claim's answer the watchdog did not hand back while the answer waited
@@ -501,9 +355,9 @@ class Worker:
         the task lets go (the loop, once free, skips them: ``_still_claimed``, ``_run``). If the
         store cannot take them, they are no longer heartbeated and the reaper frees them."""
         with self._held_lock:
-            unstarted = self._claimed | self._ahead_leases
+            unstarted = self._claimed | self._ahead.leases
             self._claimed.clear()
-            self._ahead_leases.clear()
+            self._ahead.leases.clear()
             # runs with a task not begun yet, and confirmed runs waiting for a slot (no task)
             not_begun = [eid for eid, h in self._held.items() if not h.began]
             counted = 0
@@ -553,7 +407,7 @@ class Worker:
         self._slot_free.set()
 
     # --- running ----------------------------------------------------------------------------
-    async def _run(self, held: _Held) -> None:
+    async def _run(self, held: Held) -> None:
         with self._held_lock:
             if self._held.get(held.run.execution.id) is not held:
                 return  # handed back while a task blocked the loop, or fenced, before it began
@@ -640,7 +494,10 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("claim", self._claim_loop), name="onbeat-claim"),
             asyncio.create_task(self._supervised("flush", self._flush_loop), name="onbeat-flush"),
-            asyncio.create_task(self._supervised("ahead", self._ahead_loop), name="onbeat-ahead"),
+            asyncio.create_task(
+                self._supervised("ahead", partial(self._ahead.loop, self._stopping)),
+                name="onbeat-ahead",
+            ),
         ]
         try:
             await stop.wait()
@@ -675,8 +532,8 @@ class Worker:
                 self._slot_free.clear()
                 await sleep_or_wake(self.clock, 1.0, self._slot_free, self._stopping)
             else:
-                ahead = self.settings.claim_ahead if self._ahead_room() else 0.0
-                self._ahead_refused = False  # once per wait: what it refused may fall due
+                ahead = self.settings.claim_ahead if self._ahead.room() else 0.0
+                self._ahead.refused = False  # once per wait: what it refused may fall due
                 await self.queue.wait(self.settings.poll_interval, ahead=ahead)
 
     async def _flush_loop(self) -> None:
@@ -702,12 +559,7 @@ class Worker:
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
         with self._held_lock:  # claimed ahead, never confirmed: released with the rest
-            ahead = {
-                eid: token
-                for eid, run in self._ahead.items()
-                if (token := self._ahead_leases.pop(eid, None)) == run.token
-            }
-        self._ahead.clear()
+            ahead = self._ahead.take_all()
         self._ready.clear()  # held (no task): released below
         running = [h.task for h in self._held.values() if h.task and not h.task.done()]
         if running:
@@ -715,7 +567,8 @@ class Worker:
             await asyncio.wait(running, timeout=self.settings.shutdown_grace)
         await self.flush()
         with self._held_lock:
-            leftover, self._held = self._held, {}
+            leftover = dict(self._held)  # cleared, not replaced: the runs ahead share it
+            self._held.clear()
         self.metrics.runs_in_flight.set(0)
         for held in leftover.values():
             if held.task is not None:

@@ -1,0 +1,196 @@
+"""Runs a worker claimed ahead of their due time (``claim_ahead``): held, not started, until it,
+then confirmed in one store call, and those confirmed handed to the worker to start, so that a
+burst starts at the pace of one write instead of the claims' (``Store.execution_claim``,
+``Store.execution_confirm``).
+
+A held run's lease is not heartbeated: it ends shortly after its due time
+(``AHEAD_LEASE_GRACE``), so that the runs of a worker that died, or whose loop is blocked at their
+instant, are freed then. What the store refuses to confirm (cancelled, edited away, paused, lost
+before its time) is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from onbeat.clock import Clock
+from onbeat.scheduler import sleep_or_wake
+from onbeat.settings import Settings
+from onbeat.store.base import ClaimedRun, Store
+from onbeat.worker.held import Held
+from onbeat.worker.outage import FailureStreak
+
+__all__ = ["ClaimsAhead", "HeldAhead"]
+
+log = logging.getLogger("onbeat.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAhead:
+    """A run claimed ahead of its due time, and the run it becomes once confirmed, built when
+    it is claimed: at the instant of a burst every microsecond of Python a run costs delays the
+    last start (``bench/burst_start.py``)."""
+
+    claimed: ClaimedRun
+    confirmed: Held
+    """The run as the confirm makes it: the next fencing token and attempt (the confirm's
+    statement sets exactly these). Its ``started_at`` is its due time, which only marks it as
+    started here; the store records the confirm's own time."""
+
+    @staticmethod
+    def of(run: ClaimedRun) -> HeldAhead:
+        ex = run.execution
+        confirmed = dataclasses.replace(
+            ex, fencing_token=ex.fencing_token + 1, attempt=ex.attempt + 1, started_at=ex.due_at
+        )
+        return HeldAhead(run, Held(dataclasses.replace(run, execution=confirmed)))
+
+    @property
+    def id(self) -> str:
+        return self.claimed.execution.id
+
+    @property
+    def token(self) -> int:
+        return self.claimed.execution.fencing_token
+
+    @property
+    def due_at(self) -> datetime:
+        return self.claimed.execution.due_at
+
+
+class ClaimsAhead:
+    """The runs one worker holds ahead. ``runs`` belongs to the event loop; ``leases`` (id -> the
+    claim's token) is shared with the claim's thread, which adds, and the watchdog's, which hands
+    back, under the worker's ``lock``. A confirmed run moves from ``leases`` to the worker's
+    ``held`` under that lock, so the heartbeat and the watchdog find every run in one of them."""
+
+    def __init__(
+        self,
+        store: Store,
+        owner: str,
+        settings: Settings,
+        clock: Clock,
+        lock: threading.Lock,
+        held: dict[str, Held],
+        start: Callable[[list[Held]], None],
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.settings = settings
+        self.clock = clock
+        self._lock = lock
+        self._held = held
+        self._start = start
+        self.runs: dict[str, HeldAhead] = {}
+        """Claimed ahead, not confirmed yet. Event loop only."""
+        self.leases: dict[str, int] = {}
+        """id -> token of the runs claimed ahead and not confirmed, under the worker's lock."""
+        self.refused = False
+        """The last claim ahead got runs but could hold none (a limit, a run of their job): wait
+        for them to fall due instead of claiming them ahead again at once."""
+        self._added = asyncio.Event()
+        self._confirms = FailureStreak("confirming runs claimed ahead", log)
+
+    def room(self) -> int:
+        """How many more runs the worker may claim ahead of their due time now."""
+        if self.settings.claim_ahead <= 0 or self.refused:
+            return 0
+        return max(0, self.settings.claim_ahead_max - len(self.runs))
+
+    def hold(self, runs: Sequence[HeldAhead]) -> None:
+        """Keep runs claimed ahead (their leases already in ``leases``) until their due time."""
+        if runs:
+            self.runs.update((run.id, run) for run in runs)
+            self._added.set()
+
+    async def loop(self, stopping: asyncio.Event) -> None:
+        """At each due time of the runs held, confirm those due and start them."""
+        while not stopping.is_set():
+            self._added.clear()
+            if not self.runs:
+                await sleep_or_wake(self.clock, 1.0, self._added, stopping)
+                continue
+            due = min(run.due_at for run in self.runs.values())
+            wait = (due - self.clock.now()).total_seconds()
+            if wait > 0:
+                await sleep_or_wake(self.clock, wait, self._added, stopping)
+                continue
+            if not await self.confirm_due():
+                await sleep_or_wake(self.clock, self._confirms.backoff, stopping)
+
+    async def confirm_due(self) -> bool:
+        """Confirm the runs held that are due, start those confirmed (as slots free) and release
+        the others; False if the store failed (they stay held, to try again)."""
+        now = self.clock.now()
+        due = [run for run in self.runs.values() if run.due_at <= now]
+        for run in due:
+            del self.runs[run.id]
+        with self._lock:  # the watchdog may have handed some back meanwhile
+            held = {run.id: run.token for run in due if self.leases.get(run.id) == run.token}
+        if not held:
+            return True
+        confirming = asyncio.ensure_future(
+            asyncio.to_thread(
+                self.store.execution_confirm, self.owner, held, self.settings.lease_ttl
+            )
+        )
+        try:
+            tokens = await asyncio.shield(confirming)
+        except asyncio.CancelledError:  # stopping: the confirm commits all the same
+            while not confirming.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([confirming])
+            confirmed = {} if confirming.exception() else confirming.result()
+            self._track_confirmed(due, confirmed)  # held, not started: shutdown releases them
+            self.hold([run for run in due if run.id not in confirmed])
+            raise
+        except Exception:
+            self._confirms.failed(f"{len(held)} runs kept for the next try")
+            self.hold([run for run in due if run.id in held])
+            return False
+        self._confirms.succeeded()
+        self._start(self._track_confirmed(due, tokens))
+        refused = {eid: token for eid, token in held.items() if eid not in tokens}
+        if refused:  # cancelled, edited away, paused or lost before their time
+            with self._lock:
+                for eid in refused:
+                    self.leases.pop(eid, None)
+            try:
+                await asyncio.to_thread(self.store.execution_release, self.owner, refused)
+            except Exception as exc:
+                log.warning("releasing %d runs not confirmed failed (%s)", len(refused), exc)
+        return True
+
+    def _track_confirmed(self, due: Sequence[HeldAhead], tokens: dict[str, int]) -> list[Held]:
+        """Move the runs the store confirmed into the worker's ``held``, under their new tokens
+        (the heartbeat renews their leases from now on, as any started run's); returns them."""
+        confirmed = []
+        with self._lock:
+            for run in due:
+                token = tokens.get(run.id)
+                if token is not None and self.leases.pop(run.id, None) is not None:
+                    held = run.confirmed
+                    if held.token != token:  # not the confirm this worker knows: its token wins
+                        execution = dataclasses.replace(held.run.execution, fencing_token=token)
+                        held = Held(dataclasses.replace(held.run, execution=execution))
+                    self._held[run.id] = held
+                    confirmed.append(held)
+        return confirmed
+
+    def take_all(self) -> dict[str, int]:
+        """Stop holding every run not confirmed (the worker is stopping); returns the leases it
+        still has of them (id -> token), for the worker to release. Call under the lock."""
+        taken = {
+            eid: token
+            for eid, run in self.runs.items()
+            if (token := self.leases.pop(eid, None)) == run.token
+        }
+        self.runs.clear()
+        return taken
