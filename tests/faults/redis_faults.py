@@ -26,9 +26,12 @@ What is measured besides the checker's metrics:
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -92,6 +95,9 @@ class RedisFaults:
     look, for the report."""
     missing_sample: dict[int, list[str]] = field(default_factory=dict)
     """Per fault (index): a few runs still missing at the third look, to follow up in the logs."""
+    load_at_end: dict[int, float] = field(default_factory=dict)
+    """Per fault (index): the box's 1-minute load average when the rebuild began: a slow
+    rebuild on a loaded box (CI) reads differently from one on a quiet box."""
 
     def __post_init__(self) -> None:
         self.probe = ApiProbe(self.context.api, lambda _i: ("GET", "/jobs?limit=1", None))
@@ -211,6 +217,7 @@ class RedisFaults:
         assert event.ended is not None
         index = next(i for i, e in enumerate(self.events) if e is event)
         trace = self.rebuild_trace.setdefault(index, [])
+        self.load_at_end[index] = round(os.getloadavg()[0], 2)
         deadline = time.monotonic() + REBUILD_LIMIT
         client = redis.Redis(port=self.context.redis.port, socket_timeout=5)
         try:
@@ -271,11 +278,34 @@ class RedisFaults:
         report.config["redis_faults"] = [
             {"fault": e.fault, "wall": e.wall, "ended": e.ended, "recovered": e.recovered,
              "rebuild_trace": self.rebuild_trace.get(i, []),
+             "load_at_end": self.load_at_end.get(i),
+             "schedulers_heard_s": self._heard_after(e),
              "down_start_delays": _delay_summary(by_fault[i]) if i in by_fault else None,
              "missing_sample": [attempts_of(self.context.database_url, eid)
                                 for eid in self.missing_sample.get(i, [])]}
             for i, e in enumerate(self.events)
         ]  # fmt: skip
+
+    def _heard_after(self, event: FaultEvent) -> dict[str, float | None]:
+        """Per scheduler: seconds from the fault's end to its first log line saying the queue is
+        back or lost its data, the start of its refill (None: no such line). With the rebuild
+        trace it tells a late detection from a slow sweep."""
+        heard: dict[str, float | None] = {}
+        if event.ended is None:
+            return heard
+        for path in sorted(self.context.fleet.logs.glob("scheduler-*.log")):
+            heard[path.stem] = None
+            for line in path.read_text(errors="replace").splitlines():
+                if "lost its data" not in line and "is back" not in line:
+                    continue
+                try:
+                    at = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if at >= event.ended - 0.05:
+                    heard[path.stem] = round(at - event.ended, 3)
+                    break
+        return heard
 
     def _down_delays(self) -> dict[int, list[tuple[float, str]]]:
         """Per fault (its index) during which Redis was down (a, b, d): (first-start delay, run
