@@ -18,6 +18,7 @@ from onbeat.audit import AuditReport, audit
 from onbeat.auth import DEFAULT_TENANT, ApiKey, KeyCache, Role, hash_key, is_loopback, new_key
 from onbeat.clock import Clock, StoreClock
 from onbeat.errors import NotFoundError, OnbeatError, TaskNotFoundError, ValidationError
+from onbeat.group_commit import GroupCommit
 from onbeat.limits import (
     MAX_IN_FLIGHT,
     MAX_STARTS_PER_SECOND,
@@ -100,6 +101,10 @@ class App:
         self._published: dict[str, tuple[PublishedTask, float]] = {}
         """Tasks read from the store's catalog, and until when (monotonic) they are kept."""
         self._keys = KeyCache(lambda: self.clock.monotonic())
+        self._creates: GroupCommit[NewJob, CreatedJob] = GroupCommit(
+            lambda news: self.store.job_create_many(news)
+        )
+        """Single submissions from threads at once share a transaction (``onbeat.group_commit``)."""
 
     @property
     def store(self) -> Store:
@@ -281,16 +286,16 @@ class App:
     ) -> CreatedJob:
         """:meth:`schedule`, also saying whether the job was created by this call or is the one
         an earlier submission under the same ``idempotency_key`` created (``replayed``)."""
-        created = self.store.job_create(
-            self.prepare(task_name, params, cron, at, timezone, **options)
-        )
-        self._submitted(created.job.next_fire_at)
-        return created
+        return self.submit_many([self.prepare(task_name, params, cron, at, timezone, **options)])[0]
 
     def submit_many(self, jobs: Sequence[NewJob]) -> list[CreatedJob]:
         """Store jobs made by :meth:`prepare` in one transaction: all of them or, if the store
-        refuses one (an idempotency key reused for another submission), none."""
-        created = self.store.job_create_many(jobs)
+        refuses one (an idempotency key reused for another submission), none. One job submitted
+        while other threads submit theirs may share their transaction, with what it would have
+        had alone (``onbeat.group_commit``)."""
+        created = (
+            [self._creates.submit(jobs[0])] if len(jobs) == 1 else self.store.job_create_many(jobs)
+        )
         dues = [c.job.next_fire_at for c in created if c.job.next_fire_at is not None]
         if created:
             self._submitted(min(dues) if len(dues) == len(created) else None)

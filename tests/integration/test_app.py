@@ -6,6 +6,7 @@ import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,56 @@ def test_app__threads_first_using_the_store_at_once_share_one(
     finally:
         for store in opened:
             store.close()
+
+
+def test_app__submissions_at_once_share_a_transaction_and_each_gets_its_own_answer(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """While one submission is being stored, five more arrive from other threads: they are
+    stored together (one ``job_create_many``), and each caller gets what it would have got
+    alone: a job of its own, the same job for a key submitted twice, and the refusal of a key
+    reused for another submission (to its caller only, the others stored all the same)."""
+    app = make_app(tmp_path / "onbeat.db", clock)
+    app.schedule("noop", {"n": 0}, idempotency_key="taken")
+    store = app.store
+    original = store.job_create_many
+    batches: list[int] = []
+    writing, release = threading.Event(), threading.Event()
+
+    def held_first(news: Any) -> Any:
+        batches.append(len(news))
+        if len(batches) == 1:
+            writing.set()
+            assert release.wait(10)
+        return original(news)
+
+    store.job_create_many = held_first  # type: ignore[method-assign]
+    submissions: list[dict[str, Any]] = [
+        {"params": {"n": 2}},
+        {"params": {"n": 3}, "idempotency_key": "twice"},
+        {"params": {"n": 3}, "idempotency_key": "twice"},
+        {"params": {"n": 4}, "idempotency_key": "taken"},  # "taken" was {"n": 0}
+        {"params": {"n": 5}},
+    ]
+    with ThreadPoolExecutor(len(submissions) + 1) as pool:
+        first = pool.submit(app.schedule, "noop", {"n": 1})
+        assert writing.wait(10)
+        later = [pool.submit(partial(app.schedule, "noop", **s)) for s in submissions]
+        for _ in range(10_000):
+            if len(app._creates._waiting) == len(submissions):
+                break
+            threading.Event().wait(0.001)
+        release.set()
+    try:
+        assert batches[:2] == [1, 5], "the five did not share one transaction"
+        two, twice, again, reused, five = later
+        with pytest.raises(ValidationError, match="Idempotency-Key"):
+            reused.result()
+        assert twice.result().id == again.result().id
+        created = [first.result(), two.result(), twice.result(), five.result()]
+        assert [job.params for job in created] == [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 5}]
+        assert len({job.id for job in created}) == 4
+        stored = {job.id: job.params for job in app.list_jobs()}
+        assert len(stored) == 5 and all(stored[job.id] == job.params for job in created)
+    finally:
+        app.close()
