@@ -15,6 +15,7 @@ import pytest
 from onbeat import App, TaskContext, ValidationError
 from onbeat.store import Store, open_store
 from onbeat.testing import FakeClock
+from tests.faults.process import wait_until
 
 
 def make_app(path: Path, clock: FakeClock) -> App:
@@ -191,10 +192,7 @@ def test_app__submissions_at_once_share_a_transaction_and_each_gets_its_own_answ
         first = pool.submit(app.schedule, "noop", {"n": 1})
         assert writing.wait(10)
         later = [pool.submit(partial(app.schedule, "noop", **s)) for s in submissions]
-        for _ in range(10_000):
-            if len(app._creates._waiting) == len(submissions):
-                break
-            threading.Event().wait(0.001)
+        wait_until(lambda: len(app._creates._waiting) == len(submissions), 10, "the five to queue")
         release.set()
     try:
         assert batches[:2] == [1, 5], "the five did not share one transaction"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
 from onbeat.errors import StoreUnavailableError, ValidationError
 from onbeat.group_commit import GroupCommit
+from tests.faults.process import wait_until
 
 WAIT = 10.0
 """Seconds a test waits for a thread to reach a point before it fails."""
@@ -37,15 +38,6 @@ class GatedWrite:
         return [f"stored {item}" for item in items]
 
 
-def _until(condition: Callable[[], bool]) -> None:
-    event = threading.Event()
-    for _ in range(int(WAIT / 0.001)):
-        if condition():
-            return
-        event.wait(0.001)
-    raise AssertionError("never happened")
-
-
 def _first_then_others(
     write: GatedWrite, commit: GroupCommit[str, str], others: list[str]
 ) -> tuple[Future[str], list[Future[str]]]:
@@ -54,7 +46,7 @@ def _first_then_others(
     first = pool.submit(commit.submit, "first")
     assert write.entered.wait(WAIT)
     later = [pool.submit(commit.submit, item) for item in others]
-    _until(lambda: len(commit._waiting) == len(others))
+    wait_until(lambda: len(commit._waiting) == len(others), WAIT, "the others to queue")
     write.release.set()
     pool.shutdown(wait=True)
     return first, later
