@@ -48,7 +48,11 @@ def test_migrations__numbered_from_one_without_gaps(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", sorted(_BACKEND_MODULES))
 def test_queries__waiting_runs_are_found_by_the_reason_plan_gives_them(backend: str) -> None:
-    """The wake-up statement spells plan.WAITING out as a literal."""
+    """The wake-up statements spell plan.WAITING out as a literal (PostgreSQL's final outcomes
+    wake their jobs' waiting runs inside execution_finish_final)."""
     from onbeat.plan import WAITING
 
-    assert f"LIKE '{WAITING}%'" in load_queries(backend)["executions_wake_waiting"]
+    queries = load_queries(backend)
+    assert f"LIKE '{WAITING}%'" in queries["executions_wake_waiting"]
+    if backend == "postgres":
+        assert f"LIKE '{WAITING}%'" in queries["execution_finish_final"]

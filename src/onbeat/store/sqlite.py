@@ -224,10 +224,12 @@ class SQLiteStore(SQLStore):
 
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
         """End the attempts, copy the runs to the history, then delete them (SQLite has no
-        data-modifying CTE), and complete the one-shot jobs."""
+        data-modifying CTE), wake the runs waiting for them, and complete the one-shot jobs."""
         c.executemany(Q["attempt_finish"], finishes)
         c.executemany(Q["execution_finish_final"], finishes)
         c.executemany(Q["execution_finish_final_delete"], finishes)
+        if finishes:
+            self._wake_waiting(c, [f["job_id"] for f in finishes], finishes[0]["now"])
         self._complete_one_shots(c, finishes)
 
     def _move_final(self, c: Connection, ids: str) -> None:

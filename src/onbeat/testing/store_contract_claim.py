@@ -6,6 +6,8 @@ A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the 
 
 from __future__ import annotations
 
+import pytest
+
 from onbeat.model import (
     PENDING_STATUSES,
     AttemptOutcome,
@@ -31,6 +33,7 @@ from onbeat.testing.store_contract import (
     _claim,
     _cron,
     _dispatch,
+    _failed,
     _get,
     _held,
     _ids,
@@ -203,6 +206,18 @@ class ClaimContract:
         assert second.id in _ids(_dispatch(store))
         run = _claim(store, second.id, OTHER_WORKER)
         assert run.execution.attempt == 1
+
+    @pytest.mark.parametrize("final", [True, False], ids=["final", "retried"])
+    def test_execution_claim__predecessors_outcome_wakes_the_waiting_run(
+        self, store: Store, clock: FakeClock, final: bool
+    ) -> None:
+        """The run waiting for a predecessor is due the moment the predecessor's outcome is
+        written (not at its recheck), whether the predecessor ends or is retried."""
+        first, second, _ = self._overlap(store, clock, OverlapPolicy.QUEUE)
+        assert _get(store, second.id).due_at > clock.now()
+        outcome = _ok(first) if final else _failed(first, "boom", retry_in=30.0)
+        assert store.execution_finish_many([outcome]) == [first.execution.id]
+        assert _get(store, second.id).due_at == clock.now()
 
     def test_execution_claim__overlap_allow_runs_both(self, store: Store, clock: FakeClock) -> None:
         first, second, started = self._overlap(store, clock, OverlapPolicy.ALLOW)

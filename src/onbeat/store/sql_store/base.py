@@ -187,8 +187,9 @@ class SQLBase:
 
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
         """End running runs (tokens checked) for good: end their attempts, move them to the
-        history with their final outcome without updating the hot row first, and complete a
-        one-shot job whose scheduled run this was. ``finishes``: the ``execution_finish``
+        history with their final outcome without updating the hot row first, wake their jobs'
+        runs waiting for a predecessor (``_wake_waiting``), and complete a one-shot job whose
+        scheduled run this was. ``finishes``: the ``execution_finish``
         parameters of each, plus ``scheduled_for``, ``outcome`` (the attempt's), ``job_id`` and
         ``trigger``."""
         raise NotImplementedError

@@ -371,7 +371,10 @@ class RunTransactions(LimitTransactions):
         )
         self._finish_final(c, [f for f, ends in zip(finishes, final, strict=True) if ends])
         self._dead_letter(c, dead)
-        self._wake_waiting(c, [r["job_id"] for r, _, _ in outcomes], now_us)
+        # (_finish_final woke the final runs' jobs)
+        self._wake_waiting(
+            c, [f["job_id"] for f, ends in zip(finishes, final, strict=True) if not ends], now_us
+        )
         self._usage_end(c, [r["tenant"] for r, _, _ in outcomes])  # last: the lock order
 
     @retried

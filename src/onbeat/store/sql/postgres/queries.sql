@@ -500,7 +500,10 @@ WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 -- A batch of running runs' final outcomes (the caller checked their tokens; :finishes is a JSON
 -- array of execution_finish's parameters plus scheduled_for and the attempt's outcome), in one
 -- statement: each attempt ends, each run moves from runs straight into the history with its final
--- values (no update of the hot row first), and a one-shot job whose run this was is completed.
+-- values (no update of the hot row first), the runs of its job waiting for a predecessor are due
+-- now (executions_wake_waiting: one statement fewer per outcome batch; the jobs are locked by
+-- then, so this statement's snapshot holds every deferral a claim committed), and a one-shot job
+-- whose run this was is completed.
 -- The ids drive every step (= ANY of an array: primary keys; the attempts' index), and the
 -- batch's range of fire times prunes the attempts' day partitions when the statement starts
 -- (= ANY of the fire times would not: every partition's index would be probed for every id);
@@ -508,8 +511,8 @@ WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 -- partial index runs_lease_expiry.
 WITH f AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(CAST(:finishes AS jsonb))
-        AS f(id text, fencing_token bigint, scheduled_for bigint, status text, outcome text,
-             result text, error text, reason text, uncount_attempt int)),
+        AS f(id text, job_id text, fencing_token bigint, scheduled_for bigint, status text,
+             outcome text, result text, error text, reason text, uncount_attempt int)),
 attempt AS (
     UPDATE attempts AS a SET finished_at = :now, outcome = f.outcome, error = f.error
     FROM f
@@ -534,7 +537,14 @@ moved AS (
            attempt - uncount_attempt, priority, NULL, NULL, fencing_token, final_result,
            final_error, final_reason, created_at, started_at, :now, catchup, queued_at
     FROM gone
-    RETURNING job_id, trigger)
+    RETURNING job_id, trigger),
+woken AS (
+    -- executions_wake_waiting's UPDATE for these jobs (waiting runs are scheduled, never the
+    -- running runs this statement moves)
+    UPDATE runs AS w SET due_at = :now
+    WHERE w.job_id = ANY (ARRAY(SELECT DISTINCT job_id FROM f))
+      AND w.status NOT IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
+      AND w.reason LIKE 'waiting for %' AND w.due_at > :now)
 UPDATE jobs AS j SET status = 'completed', updated_at = :now
 WHERE j.id = ANY (ARRAY(SELECT job_id FROM moved WHERE trigger = 'schedule'))
   AND j.schedule_kind != 'cron' AND j.status NOT IN ('paused', 'cancelled', 'completed');
