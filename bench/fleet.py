@@ -469,8 +469,8 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
         )
         figures["fleet_cpu_s"] = round(fleet_cpu, 2)
         figures["cpu_us_per_run"] = round(fleet_cpu / figures["runs"] * 1e6)
-        if figures["timed_out"] or figures["lost"]:
-            figures["logs"] = fleet.log_tail()
+        if figures["timed_out"] or figures["lost"] or None in statuses.values():
+            figures["logs"] = fleet.log_tail()  # (None: a process killed after 30 s of SIGTERM)
     finally:
         for p in profilers:
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -25,6 +25,8 @@ def test_fleet_bench__tiny_run_counts_every_run_once_and_cleans_up(phase: str, q
     assert figures["started"] == figures["runs"]
     assert (figures["lost"], figures["duplicated"], figures["early"]) == (0, 0, 0)
     assert figures["store"] == {"succeeded": figures["runs"]}
-    assert set(figures["exit_statuses"].values()) == {0}
+    assert set(figures["exit_statuses"].values()) == {0}, (
+        f"{figures['exit_statuses']}\n{figures.get('logs', '')}"
+    )
     assert figures["cpu"]["worker-0"]["cpu_s"] > 0
     assert bench_schemas() <= before  # its schema was dropped
