@@ -1,7 +1,9 @@
 """A TCP forwarder a test can shut: while shut, connections to it are refused and the ones it
 carried are reset, as when a database server goes down; opened again, it forwards on the same
 port. It stands between a process's pools and a real server, so a test can take the server away
-without stopping it for everyone else."""
+without stopping it for everyone else. ``cut_at_commit`` cuts the connection that next sends a
+COMMIT, with or without letting the server have it first: the two ways a client can lose its
+COMMIT's answer."""
 
 from __future__ import annotations
 
@@ -10,9 +12,14 @@ import socket
 import struct
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["TcpGate", "tcp_gate"]
+
+
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+"""The simple-protocol query message psycopg sends to commit a transaction."""
 
 
 class TcpGate:
@@ -21,6 +28,8 @@ class TcpGate:
         self._listener: socket.socket | None = None
         self._carried: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._cut: _Cut | None = None
+        """Armed by ``cut_at_commit``."""
         self.port = 0
 
     def open(self) -> None:
@@ -41,11 +50,28 @@ class TcpGate:
             listener.close()
         with self._lock:
             carried, self._carried = self._carried, set()
-        for sock in carried:
-            # SO_LINGER 0: close() sends a RST, as a server that went away does.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            with contextlib.suppress(OSError):
-                sock.close()
+        _reset(*carried)
+
+    def cut_at_commit(self, delivered: bool, shut: bool = False) -> threading.Event:
+        """Reset the next connection that sends a COMMIT, and only it. ``delivered``: the server
+        gets the COMMIT and its answer is dropped (it committed; the client cannot know), else
+        the COMMIT is dropped (the server sees the connection end and rolls back). ``shut``:
+        the gate shuts with the cut (the server stays away until ``open``). The event returned
+        is set once the cut is made."""
+        self._cut = _Cut(delivered, shut)
+        return self._cut.made
+
+    def _take_cut(self) -> _Cut | None:
+        """The armed cut, disarmed: one connection's COMMIT takes it."""
+        with self._lock:
+            cut, self._cut = self._cut, None
+        return cut
+
+    def _make(self, cut: _Cut, link: _Link) -> None:
+        _reset(link.client, link.server)
+        if cut.shut:
+            self.shut()
+        cut.made.set()
 
     def url(self, url: str) -> str:
         """``url`` with its host and port replaced by this gate's."""
@@ -62,16 +88,63 @@ class TcpGate:
             server = socket.create_connection(self._target)
             with self._lock:
                 self._carried |= {client, server}
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+            link = _Link(client, server)
+            threading.Thread(target=self._requests, args=(link,), daemon=True).start()
+            threading.Thread(target=self._answers, args=(link,), daemon=True).start()
+
+    def _requests(self, link: _Link) -> None:
+        """Client to server, watching for the COMMIT to cut."""
+        with contextlib.suppress(OSError):
+            while data := link.client.recv(65536):
+                cut = self._take_cut() if COMMIT in data else None
+                if cut is not None and not cut.delivered:
+                    self._make(cut, link)
+                    return
+                link.cut = cut  # before the server can answer
+                link.server.sendall(data)
+        with contextlib.suppress(OSError):
+            link.server.shutdown(socket.SHUT_WR)
+
+    def _answers(self, link: _Link) -> None:
+        """Server to client, dropping the answer to a cut COMMIT."""
+        with contextlib.suppress(OSError):
+            while data := link.server.recv(65536):
+                if link.cut is not None:
+                    self._make(link.cut, link)
+                    return
+                link.client.sendall(data)
+        with contextlib.suppress(OSError):
+            link.client.shutdown(socket.SHUT_WR)
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
+@dataclass
+class _Cut:
+    delivered: bool
+    shut: bool
+    made: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Link:
+    """One carried connection: the client's socket and the server's."""
+
+    client: socket.socket
+    server: socket.socket
+    cut: _Cut | None = None
+    """A delivered cut: the server's next answer is dropped and the connection reset."""
+
+
+def _reset(*socks: socket.socket) -> None:
+    """Close with a RST, as a server or network that went away does (SO_LINGER 0). The
+    shutdown first wakes the thread blocked reading the socket, which would otherwise hold the
+    socket open past ``close``."""
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
 
 
 @contextlib.contextmanager

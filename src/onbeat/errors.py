@@ -99,8 +99,17 @@ class StoreWriteRefusedError(OnbeatError):
 
 class StoreUnavailableError(OnbeatError):
     """The store cannot be reached right now (connection refused or lost, the server
-    restarting): nothing was changed; retry later. A backend raises it for connection failures,
-    so the API answers 503 and the services retry with backoff rather than fail."""
+    restarting): nothing was changed (unless it is a StoreOutcomeUnknownError); retry later. A
+    backend raises it for connection failures, so the API answers 503 and the services retry
+    with backoff rather than fail."""
+
+
+class StoreOutcomeUnknownError(StoreUnavailableError):
+    """The connection to the store was lost while a transaction was being committed, and the
+    store could not be asked whether it was: the change may or may not have been applied. A
+    service whose writes are idempotent (outcomes under a fencing token, runs under their ids)
+    retries as for any unavailable store; the API answers 504 (a retry needs an
+    Idempotency-Key, or a look at what is stored, not to apply a change twice)."""
 
 
 class QueueUnavailableError(OnbeatError):

@@ -14,7 +14,11 @@ violation or an :class:`onbeat.errors.ValidationError`); **401** no valid API ke
 large; **500** a stored record cannot be read (``unreadable-record``: a row written behind
 onbeat's back; listings leave it out) or an unexpected error; **503** not ready, or the store
 refuses writes (``store-refuses-writes``: disk full, read-only; nothing was changed), or cannot be
-reached (``store-unavailable``: its server is down or the connection dropped), with ``Retry-After``.
+reached (``store-unavailable``: its server is down or the connection dropped; nothing was changed),
+with ``Retry-After``; **504** the connection to the store was lost while the change was being
+committed and the store could not say whether it was (``store-outcome-unknown``: the change may
+have been applied; send a create again only with the same ``Idempotency-Key``, and look a change
+up before making it again).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from onbeat.errors import (
     ConflictError,
     NotFoundError,
     QueueUnavailableError,
+    StoreOutcomeUnknownError,
     StoreUnavailableError,
     StoreWriteRefusedError,
     UnreadableRecordError,
@@ -65,6 +70,7 @@ TITLES = {
     "not-ready": "Not ready",
     "store-refuses-writes": "Store refuses writes",
     "store-unavailable": "Store unavailable",
+    "store-outcome-unknown": "Outcome unknown",
     "queue-unavailable": "Queue unavailable",
     "unreadable-record": "Stored record unreadable",
     "internal": "Internal server error",
@@ -152,6 +158,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         "error.",
         503: "The store refuses writes (disk full, read-only) or is unreachable; nothing was "
         "changed. Retry after `Retry-After` seconds.",
+        504: "The connection to the store was lost while the change was being committed, and the "
+        "store could not say whether it was: it may have been applied. Send a create again only "
+        "with the same `Idempotency-Key`; look any other change up before making it again.",
     }
     return {s: {"model": Problem, "description": descriptions[s]} for s in statuses}
 
@@ -244,17 +253,24 @@ async def _on_write_refused(request: Request, exc: Exception) -> JSONResponse:
 
 def unavailable(exc: StoreUnavailableError | QueueUnavailableError) -> ProblemError:
     """The 503 for a store or queue that cannot be reached, wherever the request met it (a
-    route, or the auth middleware before any route)."""
+    route, or the auth middleware before any route); the 504 for a change whose commit the
+    store could not confirm or deny (no ``Retry-After``: sending it again may apply it twice)."""
+    if isinstance(exc, StoreOutcomeUnknownError):
+        detail = (
+            f"{exc}; the change may have been applied: send a create again only with the same"
+            " Idempotency-Key, and look any other change up before making it again"
+        )
+        return ProblemError(504, "store-outcome-unknown", detail)
     kind = "store-unavailable" if isinstance(exc, StoreUnavailableError) else "queue-unavailable"
     headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE)}
-    return ProblemError(503, kind, f"{exc}; retry later", headers=headers)
+    return ProblemError(503, kind, f"{exc}; nothing was changed: retry later", headers=headers)
 
 
 async def _on_unavailable(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StoreUnavailableError | QueueUnavailableError)
     log.warning("%s %s: %s", request.method, request.url.path, exc)
     problem = unavailable(exc)
-    return problem_response(503, problem.kind, problem.detail, headers=problem.headers)
+    return problem_response(problem.status, problem.kind, problem.detail, headers=problem.headers)
 
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:

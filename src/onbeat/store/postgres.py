@@ -32,7 +32,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from onbeat.batch_json import batch_json
 from onbeat.clock import Clock
-from onbeat.errors import StoreOpenError, StoreUnavailableError, StoreWriteRefusedError
+from onbeat.errors import (
+    StoreOpenError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
+    StoreWriteRefusedError,
+)
 from onbeat.model import JobEventKind
 from onbeat.settings import DEFAULT_SHARDS, redact_url
 from onbeat.store.base import SweepCursor
@@ -60,6 +65,12 @@ RECONNECT_TIMEOUT = 2.0
 again (``reconnect_at_once``): while the server is down, a pool tries about once a second.
 psycopg_pool's own default (300 s) doubles the wait after every failure, so a process could come
 back half a minute after its server, and by then its runs' leases had run out: they ran twice."""
+SETTLE_TIMEOUT = 15.0
+"""Seconds a write whose COMMIT lost its answer waits for the server to say whether it committed
+(a restart, even a crash recovery, answers within a few): past that the caller is told the
+outcome is unknown."""
+SETTLE_PAUSE = 0.1
+"""Seconds between two asks while the server cannot say."""
 MIGRATION_LOCK = 7243000000
 """Advisory lock key: one process at a time applies migrations."""
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -274,10 +285,20 @@ class PostgresStore(SQLStore):
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
-    def _tx(self) -> Iterator[_Connection]:
+    def _tx(self, settle: bool = False) -> Iterator[_Connection]:
+        """A write transaction. A connection lost before COMMIT was sent changed nothing
+        (StoreUnavailableError); one lost in COMMIT leaves the outcome unknown, for the server
+        may have committed before its answer was lost. With ``settle`` the transaction's id is
+        read before COMMIT and, on such a loss, the server asked once it answers again whether
+        it committed (``_committed``): if it did, the block's results stand and the loss is no
+        error. Otherwise, or without ``settle``, StoreOutcomeUnknownError."""
+        committing, xid = False, None
         try:
             with self._pool.connection() as conn, conn.transaction():
                 yield _Connection(conn)
+                if settle:
+                    (xid,) = conn.execute(self._q["transaction_id_if_assigned"]).fetchall()[0]
+                committing = True
         except _REFUSED as exc:
             if self._write_refused is None:
                 log.error("the store refuses writes: %s", exc)
@@ -286,7 +307,38 @@ class PostgresStore(SQLStore):
         except _CONFLICTS:
             raise  # SQLStore runs the transaction again
         except _UNREACHABLE as exc:
-            raise self._unreachable(exc) from exc
+            unreachable = self._unreachable(exc)
+            if not committing or isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout):
+                raise unreachable from exc  # the server rolled it back
+            if not settle:
+                raise StoreOutcomeUnknownError(f"PostgreSQL: {_why(exc)}") from exc
+            if xid is None:
+                return  # it wrote nothing: its reads stand, committed or not
+            if not self._committed(xid, exc):
+                raise unreachable from exc
+
+    def _committed(self, xid: int, lost: Exception) -> bool:
+        """Whether transaction ``xid``, whose COMMIT lost its answer, committed:
+        ``pg_xact_status``, asked until the server says, for at most ``SETTLE_TIMEOUT`` seconds
+        (StoreOutcomeUnknownError then). An id the server calls "in the future" is one a crash
+        took back with everything it wrote."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                with self._pool.connection(timeout=left) as conn:
+                    row = conn.execute(self._q["transaction_status"], {"xid": xid}).fetchone()
+            except psycopg.errors.InvalidParameterValue:
+                return False
+            except _UNREACHABLE:
+                row = None
+            if row is not None and row[0] in ("committed", "aborted"):
+                log.info("a transaction whose COMMIT lost its answer was %s", row[0])
+                return bool(row[0] == "committed")
+            time.sleep(min(SETTLE_PAUSE, max(0.0, deadline - time.monotonic())))
+        raise StoreOutcomeUnknownError(
+            f"PostgreSQL: {_why(lost)}; the server did not say within {SETTLE_TIMEOUT:g}s"
+            " whether the transaction committed"
+        ) from lost
 
     @contextmanager
     def _read(self) -> Iterator[_Connection]:

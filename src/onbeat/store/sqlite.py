@@ -77,11 +77,12 @@ class SQLiteStore(SQLStore):
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, settle: bool = False) -> Iterator[sqlite3.Connection]:
         """A write transaction. A write the database refuses (disk full, read-only file, I/O
         error) is rolled back, remembered (``write_refusal``) and raised as
         StoreWriteRefusedError; a failed COMMIT is rolled back too, so the connection never
-        stays inside a dead transaction."""
+        stays inside a dead transaction. (Nothing to ``settle``: the file is local, so a COMMIT
+        either commits or fails and changes nothing.)"""
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")

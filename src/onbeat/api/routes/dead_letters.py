@@ -11,7 +11,7 @@ from onbeat.api.problems import problem_responses
 from onbeat.api.schemas import DeadLetterPage, ExecutionOut, dead_letter_out, execution_out
 
 router = APIRouter(prefix="/dead-letters", tags=["dead letters"])
-_WRITE = problem_responses(400, 404, 413, 422, 503)
+_WRITE = problem_responses(400, 404, 413, 422, 503, 504)
 
 
 @router.get(

@@ -56,7 +56,7 @@ SCHEDULE_FIELDS = {
     "timezone": "schedule.timezone",
 }
 _READ = problem_responses(400, 404, 413, 422, 500)
-_WRITE = problem_responses(400, 404, 409, 413, 422, 500, 503)
+_WRITE = problem_responses(400, 404, 409, 413, 422, 500, 503, 504)
 
 
 # --- create -----------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ _CREATED: dict[int | str, dict[str, Any]] = {
     "",
     status_code=201,
     response_model=JobOut,
-    responses={**_CREATED, **problem_responses(400, 413, 422, 503)},
+    responses={**_CREATED, **problem_responses(400, 413, 422, 503, 504)},
     summary="Submit a job",
 )
 def create_job(
@@ -117,7 +117,7 @@ def create_job(
     "/batch",
     status_code=201,
     response_model=JobBatchOut,
-    responses=problem_responses(400, 413, 422, 503),
+    responses=problem_responses(400, 413, 422, 503, 504),
     summary="Submit many jobs at once",
 )
 def create_jobs(

@@ -89,7 +89,7 @@ def get_tenant_limits(tenant: TenantName, onbeat: OnbeatApp, caller: CallerDep) 
 @router.put(
     "/{tenant}/limits",
     response_model=TenantLimitsOut,
-    responses=problem_responses(400, 404, 413, 422, 503),
+    responses=problem_responses(400, 404, 413, 422, 503, 504),
     summary="Set a tenant's limits",
 )
 def put_tenant_limits(

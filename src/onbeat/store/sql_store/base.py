@@ -133,8 +133,12 @@ class SQLBase:
     """Errors by which the backend aborts a transaction for a conflict; it is run again."""
 
     # --- what a backend provides ------------------------------------------------------------
-    def _tx(self) -> AbstractContextManager[Connection]:
-        """A write transaction, committed when the block ends, rolled back if it raises."""
+    def _tx(self, settle: bool = False) -> AbstractContextManager[Connection]:
+        """A write transaction, committed when the block ends, rolled back if it raises.
+        ``settle``: the API's writes, whose client, told that nothing changed, sends the change
+        again. Where the connection to the store can be lost while COMMIT awaits its answer,
+        such a loss is settled by asking the store whether it committed; without ``settle`` it
+        raises StoreOutcomeUnknownError (which the services' idempotent writes just retry)."""
         raise NotImplementedError
 
     def _read(self) -> AbstractContextManager[Connection]:

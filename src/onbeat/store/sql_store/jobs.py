@@ -97,7 +97,7 @@ class JobTransactions(LimitTransactions):
         keys: list[dict[str, str]] = []
         # A job replayed from the store, or (the id of a job this batch creates, replayed).
         answers: list[Job | tuple[str, bool]] = []
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             stored = self._stored_keys(c, news, now)
             new_keys: dict[tuple[str, str], tuple[str, str]] = {}
             for new, (row, first) in zip(news, made, strict=True):
@@ -215,7 +215,7 @@ class JobTransactions(LimitTransactions):
 
     @retried
     def job_update(self, job_id: str, changes: JobChanges) -> Job:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be edited")
@@ -292,7 +292,7 @@ class JobTransactions(LimitTransactions):
 
     @retried
     def job_pause(self, job_id: str) -> Job:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be paused")
@@ -307,7 +307,7 @@ class JobTransactions(LimitTransactions):
     @retried
     def job_resume(self, job_id: str, misfire_grace: float) -> Job:
         now = self.now()
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             job = job_of(self._job_for_update(c, job_id))
             if job.status is JobStatus.CANCELLED:
                 raise ConflictError(f"job {job_id!r} is cancelled and cannot be resumed")
@@ -345,7 +345,7 @@ class JobTransactions(LimitTransactions):
 
     @retried
     def job_cancel(self, job_id: str) -> Job:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             job = job_of(self._job_for_update(c, job_id))
             # One instant for all of it: the fire times up to the cancel event's instant (where
             # the audit ends the job's active time) must all have their records.
@@ -362,7 +362,7 @@ class JobTransactions(LimitTransactions):
     @retried
     def job_run_now(self, job_id: str) -> Execution:
         now = self.now()
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             job = job_of(self._job_for_update(c, job_id))
             if job.status in (JobStatus.CANCELLED, JobStatus.PAUSED):
                 raise ConflictError(f"job {job_id!r} is {job.status.value}; resume it first")
@@ -429,7 +429,7 @@ class JobTransactions(LimitTransactions):
 
     @retried
     def dead_letter_replay(self, execution_id: str) -> Execution:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             if c.execute(self._q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
                 raise NotFoundError(f"dead letter {execution_id!r} not found")
             run = self._execution(c, execution_id)
@@ -443,7 +443,7 @@ class JobTransactions(LimitTransactions):
             return self._execution(c, execution_id)
 
     def dead_letter_drop(self, execution_id: str) -> None:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             if c.execute(self._q["dead_letter_delete"], {"id": execution_id}).rowcount == 0:
                 raise NotFoundError(f"dead letter {execution_id!r} not found")
 

@@ -47,7 +47,7 @@ class LimitTransactions(SQLBase):
 
     @retried
     def tenant_limits_set(self, tenant: str, limits: TenantLimits) -> None:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             c.execute(
                 self._q["tenant_limits_put"],
                 {

@@ -23,7 +23,7 @@ class RegistryTransactions(SQLBase):
     """API keys, secrets and the task catalog workers publish."""
 
     def api_key_insert(self, key: ApiKey, key_hash: str) -> None:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             c.execute(
                 self._q["api_key_insert"],
                 {
@@ -45,7 +45,7 @@ class RegistryTransactions(SQLBase):
             return [api_key_of(r) for r in c.execute(self._q["api_key_list"])]
 
     def api_key_revoke(self, key_id: str) -> bool:
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             return (
                 c.execute(self._q["api_key_revoke"], {"id": key_id, "now": self._now_us()}).rowcount
                 > 0

@@ -967,3 +967,13 @@ DROP TABLE {partition};
 
 -- name: lock_timeout_short
 SET LOCAL lock_timeout = '2s';
+
+-- name: transaction_id_if_assigned
+-- Read just before COMMIT by a transaction that must learn its outcome if COMMIT loses its
+-- answer (PostgresStore._tx's settle); NULL if it wrote nothing.
+SELECT CAST(CAST(pg_current_xact_id_if_assigned() AS text) AS bigint);
+
+-- name: transaction_status
+-- 'committed', 'aborted' or 'in progress'; an id past the server's next one raises (22023): a
+-- crash took it back.
+SELECT pg_xact_status(CAST(CAST(:xid AS text) AS xid8));

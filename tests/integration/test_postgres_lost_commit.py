@@ -1,0 +1,131 @@
+"""A write whose COMMIT loses its answer on PostgreSQL: the server may have committed before the
+connection went. A ``TcpGate`` between the store and the real server cuts the connection that
+sends the next COMMIT, after the server got it (it committed) or before (it rolled back).
+
+Regression: the API answered such a loss with the 503 that says "nothing was changed", so a
+client sent its unkeyed batch create again and the first copy's 50 jobs ran unacknowledged (the
+fault suite's S6, once in CI, at ``pg_ctl restart -m fast``). Now the API's writes ask the server
+whether the transaction committed (``pg_xact_status``) and answer from that; a loss they cannot
+settle is a 504 that says the change may have been applied; and a service write without
+settling says the same to its caller (StoreOutcomeUnknownError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+import onbeat.store.postgres
+from onbeat import App
+from onbeat.api import create_app
+from onbeat.errors import StoreOutcomeUnknownError, StoreUnavailableError
+from onbeat.testing.postgres import fresh_schema
+from tests.api.conftest import add_test_tasks
+from tests.tcp_gate import TcpGate, tcp_gate
+
+pytestmark = pytest.mark.external_service
+
+CUT_WITHIN = 10.0
+"""Seconds by which an armed cut has been made (the write sends its COMMIT at once)."""
+
+
+@dataclass
+class Gated:
+    app: App
+    gate: TcpGate
+    direct: App
+    """The same schema without the gate: what the server holds."""
+
+
+@pytest.fixture
+def gated() -> Iterator[Gated]:
+    with fresh_schema() as url, tcp_gate(url) as gate:
+        app = add_test_tasks(App(gate.url(url)))
+        app.store  # opened (and migrated) before a test arms a cut  # noqa: B018
+        direct = App(url, migrate=False)
+        try:
+            yield Gated(app, gate, direct)
+        finally:
+            app.close()
+            direct.close()
+
+
+@pytest.fixture
+async def client(gated: Gated) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(gated.app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://onbeat.test/api/v1") as c:
+        yield c
+
+
+def _stored_job_ids(g: Gated) -> list[str]:
+    return [job.id for job in g.direct.list_jobs()]
+
+
+@pytest.mark.parametrize("jobs", [1, 3], ids=["single", "batch"])
+def test_create__commit_reached_the_server__returns_the_jobs_it_stored(
+    gated: Gated, jobs: int
+) -> None:
+    cut = gated.gate.cut_at_commit(delivered=True)
+    news = [gated.app.prepare("echo", {"n": n}) for n in range(jobs)]
+    created = gated.app.submit_many(news)
+    assert cut.wait(CUT_WITHIN), "the COMMIT was never cut"
+    assert sorted(c.job.id for c in created) == sorted(_stored_job_ids(gated))
+    assert len(created) == jobs
+    assert not any(c.replayed for c in created)
+
+
+def test_create__commit_never_reached_the_server__unavailable_and_nothing_stored(
+    gated: Gated,
+) -> None:
+    cut = gated.gate.cut_at_commit(delivered=False)
+    with pytest.raises(StoreUnavailableError) as raised:
+        gated.app.submit("echo", {"n": 1})
+    assert cut.wait(CUT_WITHIN)
+    assert not isinstance(raised.value, StoreOutcomeUnknownError)
+    assert _stored_job_ids(gated) == []
+    assert gated.app.schedule("echo", {"n": 2}).id in _stored_job_ids(gated)  # back at once
+
+
+def test_service_write__commit_answer_lost__outcome_unknown_though_stored(gated: Gated) -> None:
+    """A service's write does not settle (its retry is idempotent): its caller is told the
+    outcome is unknown, not that nothing changed, and indeed the change is there."""
+    store = gated.app.store
+    cut = gated.gate.cut_at_commit(delivered=True)
+    with pytest.raises(StoreOutcomeUnknownError):
+        store.secret_get_or_create("lost-commit", "first")
+    assert cut.wait(CUT_WITHIN)
+    assert gated.direct.store.secret_get_or_create("lost-commit", "second") == "first"
+
+
+async def test_rest_create__commit_answer_lost__201_with_the_one_job_stored(
+    gated: Gated, client: httpx.AsyncClient
+) -> None:
+    cut = gated.gate.cut_at_commit(delivered=True)
+    response = await client.post("/jobs", json={"task": "echo", "params": {"n": 1}})
+    assert response.status_code == 201, response.text
+    assert cut.wait(CUT_WITHIN)
+    assert _stored_job_ids(gated) == [response.json()["id"]]
+
+
+async def test_rest_create__lost_commit_the_server_cannot_settle__504_outcome_unknown(
+    gated: Gated, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate shuts with the cut: the server cannot be asked within the settle timeout, so the
+    API says the create may have been applied (no Retry-After: sending it again could apply it
+    twice); the server did commit it."""
+    monkeypatch.setattr(onbeat.store.postgres, "SETTLE_TIMEOUT", 1.0)
+    cut = gated.gate.cut_at_commit(delivered=True, shut=True)
+    response = await client.post("/jobs/batch", json={"jobs": [{"task": "echo"}] * 2})
+    assert cut.wait(CUT_WITHIN)
+    assert response.status_code == 504, response.text
+    problem = response.json()
+    assert problem["type"] == "urn:onbeat:problem:store-outcome-unknown"
+    assert "Idempotency-Key" in problem["detail"]
+    assert "retry-after" not in response.headers
+    assert len(_stored_job_ids(gated)) == 2
+    gated.gate.open()
+    again = await client.post("/jobs", json={"task": "echo"})
+    assert again.status_code == 201, again.text
