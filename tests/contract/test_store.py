@@ -27,6 +27,7 @@ from onbeat.testing.store_contract_fencing import FencingContract
 from onbeat.testing.store_contract_finish import FinishContract
 from onbeat.testing.store_contract_heartbeat import HeartbeatContract
 from onbeat.testing.store_contract_history import HistoryContract
+from onbeat.testing.store_contract_interleavings import InterleavingContract
 from onbeat.testing.store_contract_job_changes import JobChangesContract
 from onbeat.testing.store_contract_jobs import JobsContract
 from onbeat.testing.store_contract_limits import LimitsContract
@@ -92,6 +93,7 @@ class TestStore(
     FencingContract,
     ProtocolSimulationContract,
     ConcurrencyContract,
+    InterleavingContract,
     ScheduleChainContract,
     ScheduleHistoryContract,
     RecoveryContract,

@@ -471,7 +471,10 @@ class Store(Protocol):
         accepted. A rejected completion is a stale result and must not be retried.
 
         Concurrency: the accepted ids are those the conditional write changed (running, that
-        token), so of a finish and a reap, or two finishes, of one attempt exactly one wins."""
+        token), so of a finish and a reap, or two finishes, of one attempt exactly one wins. It
+        takes the job's lock first, as a claim does: a claim that found the run still running,
+        and defers an overlap=queue run behind it, commits first, and the outcome wakes that run
+        (or the claim waits for the outcome and finds the run ended)."""
         ...
 
     def execution_release(self, owner: str, held: Mapping[str, int]) -> int:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
-from datetime import datetime, timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -29,7 +29,6 @@ from onbeat.audit import audit
 from onbeat.model import (
     AttemptOutcome,
     ExecutionStatus,
-    JobEventKind,
     JobStatus,
     OverlapPolicy,
     RetryPolicy,
@@ -79,8 +78,6 @@ __all__ = ["RACE_ROUNDS", "ConcurrencyContract", "race"]
 
 RACE_ROUNDS = 30
 """Races per test: enough for both orders to occur many times over."""
-CONFIRM_CHANCE = 0.5
-"""Seconds a forced interleaving lets a call that is not blocked commit (it takes milliseconds)."""
 BARRIER_TIMEOUT = 30.0
 """Seconds a racer waits for the other to reach the start (a guard against a hung test only)."""
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
@@ -265,59 +262,6 @@ class ConcurrencyContract:
             else:
                 assert (stored.status, stored.attempts) == (ExecutionStatus.CANCELLED, ())
             assert a.tenant_usage("default").running == 0
-
-    @pytest.mark.parametrize("decision", ["cancel", "pause", "reschedule"])
-    def test_execution_confirm__between_a_decisions_instant_and_its_commit_starts_nothing_later(
-        self, store_pair: tuple[Store, Store], clock: FakeClock, decision: str
-    ) -> None:
-        """Forced interleaving: a cancel, pause or edit of the schedule has read its instant and
-        is held there; the clock moves on, the held-ahead run falls due and its worker confirms
-        it. Whichever commits first, a run that started did so no later than the decision's
-        instant (the fault suite's oracle, and the audit, take a run due after a cancel that
-        still ran for a lost cancel). The confirm gets ``CONFIRM_CHANCE`` to commit before the
-        decision goes on; one that waits on the decision's locks waits all of it."""
-        a, b = store_pair
-        job = a.job_create(_once(_at(clock, 1))).job
-        run = _only_run(a, job.id)
-        assert run.id in _ids(_dispatch(a))
-        [held] = a.execution_claim(
-            [run.id], WORKER, RUN_TTL, GRACE, max_starts=1, ahead=2.0, max_ahead=1
-        ).started
-        decide: dict[str, Callable[[], object]] = {
-            "cancel": partial(b.job_cancel, job.id),
-            "pause": partial(b.job_pause, job.id),
-            "reschedule": partial(
-                b.job_update, job.id, JobChanges(schedule=Schedule.parse(cron=EVERY_MINUTE))
-            ),
-        }
-        at_instant, go_on = threading.Event(), threading.Event()
-        read_clock = b.now
-
-        def instant_then_hold() -> datetime:
-            instant = read_clock()
-            b.now = read_clock  # type: ignore[method-assign]  # only the first reading is held
-            at_instant.set()
-            assert go_on.wait(BARRIER_TIMEOUT)
-            return instant
-
-        b.now = instant_then_hold  # type: ignore[method-assign]
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="interleave") as pool:
-            deciding = pool.submit(decide[decision])
-            assert at_instant.wait(BARRIER_TIMEOUT)
-            clock.advance(1)
-            confirming = pool.submit(a.execution_confirm, WORKER, _held(held), RUN_TTL)
-            wait([confirming], timeout=CONFIRM_CHANCE)
-            go_on.set()
-            deciding.result()
-            confirmed = confirming.result()
-        [event] = [e for e in b.job_events(job.id) if e.kind is not JobEventKind.CREATED]
-        stored = a.execution_get(run.id)  # an edit of the schedule deletes it unstarted
-        if confirmed:
-            assert stored is not None
-            [attempt] = stored.attempts
-            assert attempt.started_at <= event.at, "started after the decision's instant"
-        else:
-            assert stored is None or (stored.attempts, stored.started_at) == ((), None)
 
     def test_execution_finish_many__race_with_reap_has_one_winner(
         self, store_pair: tuple[Store, Store], clock: FakeClock
