@@ -38,7 +38,7 @@ import psycopg
 
 import onbeat
 from onbeat.schedule import Schedule
-from onbeat.store import postgres as postgres_module
+from onbeat.store import postgres_session
 from onbeat.store.base import Completion, DispatchParams, NewJob
 from onbeat.store.postgres import PostgresStore
 from onbeat.testing.postgres import fresh_schema
@@ -130,7 +130,7 @@ class StatementCounter:
         self.seconds: dict[tuple[str, str], float] = {}
         """(phase, statement name) -> wall seconds in the statement (driver and server)."""
         names = {sql: name for name, sql in PostgresStore._q.items()}
-        adapter = postgres_module._Connection
+        adapter = postgres_session.StoreConnection
         self._originals = (adapter.execute, adapter.executemany)
         counter = self
 
@@ -156,7 +156,7 @@ class StatementCounter:
         adapter.executemany = executemany  # type: ignore[method-assign]
 
     def close(self) -> None:
-        adapter = postgres_module._Connection
+        adapter = postgres_session.StoreConnection
         adapter.execute, adapter.executemany = self._originals  # type: ignore[method-assign]
 
 

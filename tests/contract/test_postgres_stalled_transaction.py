@@ -20,7 +20,8 @@ import pytest
 
 from onbeat.errors import StoreUnavailableError
 from onbeat.store.base import ShardLeases
-from onbeat.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, PostgresStore, _configure_session
+from onbeat.store.postgres import PostgresStore
+from onbeat.store.postgres_session import IDLE_IN_TRANSACTION_TIMEOUT, configure_session
 from onbeat.store.sql_store import Connection
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.postgres import fresh_schema
@@ -164,7 +165,7 @@ SHARD_MAP_LOCK = 7243000001
 def _store_session(url: str) -> psycopg.Connection[Any]:
     """A connection set up as the store's pool sets up its own (the settings, the marker)."""
     conn = psycopg.connect(url, autocommit=True)
-    _configure_session(conn)
+    configure_session(conn)
     conn.autocommit = False
     return conn
 

@@ -25,8 +25,7 @@ import pytest
 
 from onbeat.queue.base import QueueItem
 from onbeat.schedule import Schedule
-from onbeat.store import open_store
-from onbeat.store import postgres as postgres_store
+from onbeat.store import open_store, postgres_session
 from onbeat.store.base import Completion, DispatchParams, JobCursor, NewJob, Store
 from onbeat.testing import FakeClock
 from onbeat.testing.postgres import store_schema
@@ -68,7 +67,7 @@ def _explained(names: Mapping[str, str]) -> Iterator[Explained]:
     first, in a savepoint (or a transaction) rolled back, and its buffers and sequential scans
     are noted by name."""
     seen = Explained()
-    original = postgres_store._Connection.execute
+    original = postgres_session.StoreConnection.execute
 
     def execute(self: Any, sql: str, parameters: Mapping[str, Any] | None = None, /) -> Any:
         name = names.get(sql)
@@ -85,11 +84,11 @@ def _explained(names: Mapping[str, str]) -> Iterator[Explained]:
             }
         return original(self, sql, parameters)
 
-    postgres_store._Connection.execute = execute  # type: ignore[method-assign]
+    postgres_session.StoreConnection.execute = execute  # type: ignore[method-assign]
     try:
         yield seen
     finally:
-        postgres_store._Connection.execute = original  # type: ignore[method-assign]
+        postgres_session.StoreConnection.execute = original  # type: ignore[method-assign]
 
 
 def _fill(store: Store, jobs: int) -> None:
@@ -169,7 +168,7 @@ def test_hot_path__no_statement_reads_more_as_the_store_grows(analyzed: bool) ->
     costs about as many buffers as the look-ups it replaces (so the buffers alone pass it), but
     a claim's three look-ups of 16 runs took 1-3 ms each against 0.3-0.4 ms by the index."""
     small_seen, large_seen = _buffers(SMALL, analyzed), _buffers(LARGE, analyzed)
-    queries = postgres_store.postgres_queries()
+    queries = postgres_session.postgres_queries()
     listed = {name for name, sql in queries.items() if any(f"%({p})s" in sql for p in ID_LISTS)}
     for seen in (small_seen, large_seen):
         scans = {n: sorted(t & WHOLE_STORE) for n, t in seen.seq_scans.items() if n in listed}
@@ -208,8 +207,8 @@ HERD = 2_000
 def _stats_flushed_after(name: str) -> Iterator[None]:
     """While inside, a session that sends statement ``name`` reports its table statistics as
     soon as its transaction ends (PostgreSQL 15 otherwise holds them up to a second)."""
-    sql = postgres_store.postgres_queries()[name]
-    original = postgres_store._Connection.execute
+    sql = postgres_session.postgres_queries()[name]
+    original = postgres_session.StoreConnection.execute
 
     def execute(self: Any, text: str, parameters: Mapping[str, Any] | None = None, /) -> Any:
         cursor = original(self, text, parameters)  # its rows are on the client already
@@ -217,11 +216,11 @@ def _stats_flushed_after(name: str) -> Iterator[None]:
             self._conn.execute("SELECT pg_stat_force_next_flush()")
         return cursor
 
-    postgres_store._Connection.execute = execute  # type: ignore[method-assign]
+    postgres_session.StoreConnection.execute = execute  # type: ignore[method-assign]
     try:
         yield
     finally:
-        postgres_store._Connection.execute = original  # type: ignore[method-assign]
+        postgres_session.StoreConnection.execute = original  # type: ignore[method-assign]
 
 
 def _rows_scanned(admin: psycopg.Connection[Any], table: str) -> int:

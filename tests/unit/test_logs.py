@@ -11,7 +11,7 @@ import pytest
 
 from onbeat.logs import configure_logging
 from onbeat.scheduler import shard_ranges
-from onbeat.store.postgres import QuietPoolReconnects
+from onbeat.store.postgres_session import QuietPoolReconnects
 
 
 class Terminal(io.StringIO):

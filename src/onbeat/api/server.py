@@ -16,7 +16,7 @@ from onbeat.metrics import Metrics
 
 ROUTE_THREADS = 8
 """Requests served at once by sync routes: one per connection of the PostgreSQL store's pool
-(``onbeat.store.postgres.POOL_SIZE``, not imported: an embedded node does not load psycopg)."""
+(``onbeat.store.postgres_session.POOL_SIZE``, not imported: an embedded node does not load psycopg)."""
 
 
 class _EmbeddedServer(uvicorn.Server):

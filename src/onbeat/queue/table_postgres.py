@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from onbeat.errors import QueueUnavailableError
 from onbeat.queue.table import QueueRow, one_line
-from onbeat.store.postgres import RECONNECT_TIMEOUT
+from onbeat.store.postgres_session import RECONNECT_TIMEOUT
 from onbeat.store.queries import load_named_sql
 
 __all__ = ["PostgresQueueDriver", "int_array", "text_array"]
@@ -188,7 +188,7 @@ class PostgresQueueDriver:
 
 
 async def _reconnect_at_once(pool: AsyncConnectionPool[Any]) -> None:
-    """As ``onbeat.store.postgres.reconnect_at_once``, for the async pool."""
+    """As ``onbeat.store.postgres_session.reconnect_at_once``, for the async pool."""
     if not pool.closed:
         await pool.check()
 

@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from onbeat.batch_json import batch_json
@@ -41,9 +38,21 @@ from onbeat.errors import (
 from onbeat.model import JobEventKind
 from onbeat.settings import DEFAULT_SHARDS, redact_url
 from onbeat.store.base import SweepCursor
-from onbeat.store.queries import load_queries, migrations
+from onbeat.store.postgres_session import (
+    CONNECT_TIMEOUT,
+    IDLE_IN_TRANSACTION_TIMEOUT,
+    POOL_SIZE,
+    RECONNECT_TIMEOUT,
+    Row,
+    StoreConnection,
+    configure_session,
+    postgres_queries,
+    reconnect_at_once,
+    row_factory,
+)
+from onbeat.store.queries import migrations
 from onbeat.store.rows import MAX_US, to_us
-from onbeat.store.sql_store import Connection, Cursor, SQLStore
+from onbeat.store.sql_store import Connection, SQLStore
 from onbeat.store.sql_store.history import DAY_US, day_date
 
 log = logging.getLogger("onbeat.store")
@@ -54,17 +63,6 @@ CLOCK_READ_MAX_ROUND_TRIP = 0.5
 ``PostgresStore._read_server_clock``)."""
 Anchor = tuple[float, datetime]
 """(monotonic instant, the server's clock at it)."""
-POOL_SIZE = 8
-"""Connections per process: a worker's claim, heartbeat and finish loops and a scheduler's timers
-each hold one for the length of one transaction."""
-CONNECT_TIMEOUT = 10.0
-"""No healthy process idles this long between two statements of a transaction, even on a busy
-box; a shorter shard lease TTL (tests) does not make the timeout shorter than this."""
-RECONNECT_TIMEOUT = 2.0
-"""Seconds a pool's connection attempts back off (1 s, then 1 s) before they give up and start
-again (``reconnect_at_once``): while the server is down, a pool tries about once a second.
-psycopg_pool's own default (300 s) doubles the wait after every failure, so a process could come
-back half a minute after its server, and by then its runs' leases had run out: they ran twice."""
 SETTLE_TIMEOUT = 15.0
 """Seconds a write whose COMMIT lost its answer waits for the server to say whether it committed
 (a restart, even a crash recovery, answers within a few): past that the caller is told the
@@ -73,7 +71,6 @@ SETTLE_PAUSE = 0.1
 """Seconds between two asks while the server cannot say."""
 MIGRATION_LOCK = 7243000000
 """Advisory lock key: one process at a time applies migrations."""
-_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _REFUSED = (psycopg.errors.DiskFull, psycopg.errors.ReadOnlySqlTransaction)
 """A write the server cannot take (as opposed to a bug or a lost connection)."""
 _CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
@@ -92,144 +89,6 @@ _UNREACHABLE = (
 )
 """The server cannot be reached (down, restarting, connection lost, or the session ended because
 this process stalled inside a transaction): StoreUnavailableError."""
-
-
-class QuietPoolReconnects(logging.Filter):
-    """psycopg_pool logs each failed connection attempt as a WARNING, and each give-up after
-    ``RECONNECT_TIMEOUT`` (which ``reconnect_at_once`` turns into a new start, not an end): about
-    1.5 lines a second per pool of every process while the server is away. This keeps a pool's
-    first failure, then one line per ``REPEAT_AFTER`` seconds with how many it held back, and
-    drops the give-ups. onbeat's own logs say what the outage costs (store and queue calls)."""
-
-    CONNECT_FAILED = "error connecting in %r: %s"
-    GAVE_UP = "reconnection attempt in pool %r failed after %s sec"
-    REPEAT_AFTER = 30.0
-
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._last: dict[str, tuple[float, int]] = {}
-        """pool name -> (when its last failure was logged, failures held back since)"""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg == self.GAVE_UP:
-            return False
-        if record.msg != self.CONNECT_FAILED or not isinstance(record.args, tuple):
-            return True
-        pool, now = str(record.args[0]), self._monotonic()
-        with self._lock:
-            logged_at, held = self._last.get(pool, (-math.inf, 0))
-            if now - logged_at < self.REPEAT_AFTER:
-                self._last[pool] = (logged_at, held + 1)
-                return False
-            self._last[pool] = (now, 0)
-        if held:
-            record.msg += " (%d more failures of this pool held back)"
-            record.args = (*record.args, held)
-        return True
-
-
-logging.getLogger("psycopg.pool").addFilter(QuietPoolReconnects())
-
-
-def reconnect_at_once(pool: ConnectionPool[Any]) -> None:
-    """A pool whose attempts gave up tries again at once: a caller waiting for a connection gets
-    one within a second of the server's return, not at its timeout."""
-    if not pool.closed:
-        pool.check()
-
-
-def postgres_queries() -> dict[str, str]:
-    """The named statements, with ``:name`` parameters turned into psycopg's ``%(name)s``."""
-    return {
-        name: _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
-        for name, sql in load_queries("postgres").items()
-    }
-
-
-class Row:
-    """A result row read by column name or position, like ``sqlite3.Row``."""
-
-    __slots__ = ("_index", "_values")
-
-    def __init__(self, index: Mapping[str | int, int], values: Sequence[Any]) -> None:
-        self._index = index
-        """Column name -> position, and each position -> itself: one look-up either way (the
-        hot path reads ~30 columns a run by name)."""
-        self._values = values
-
-    def __getitem__(self, key: str | int) -> Any:
-        return self._values[self._index[key]]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._values)
-
-    def keys(self) -> list[str]:
-        return [key for key in self._index if isinstance(key, str)]
-
-
-def _row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
-    columns = cursor.description or ()
-    index: dict[str | int, int] = {column.name: i for i, column in enumerate(columns)}
-    index.update((i, i) for i in range(len(columns)))
-    return partial(Row, index)
-
-
-PLANNED_EVERY_CALL = frozenset({"execution_dispatch_candidates"})
-"""Statements never prepared, so each call is planned for the tables as they are then. psycopg
-prepares a statement on its sixth call, and the server keeps that generic plan until the tables
-are next analyzed. The scheduler polls for due runs every ``poll_interval`` from the moment it
-starts, on a store still empty: the plan it then kept read every job once per run (a nested
-loop over a scan of ``jobs``), and the first herd after a deploy (S8-full: 6,000 runs due at
-one instant) waited 6 s for its dispatch, 34 ms planned for the tables it met. Planning costs
-this statement 1-3 ms a call."""
-
-_PLANNED_EVERY_CALL_SQL = frozenset(postgres_queries()[name] for name in PLANNED_EVERY_CALL)
-
-
-class _Connection:
-    """A psycopg connection with sqlite3's ``execute``/``executemany`` shape."""
-
-    def __init__(self, conn: psycopg.Connection[Row]) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, parameters: Mapping[str, Any] | None = None, /) -> Cursor:
-        if sql in _PLANNED_EVERY_CALL_SQL:
-            return self._conn.execute(sql, parameters, prepare=False)
-        return self._conn.execute(sql, parameters)
-
-    def executemany(self, sql: str, parameters: Iterable[Mapping[str, Any]], /) -> None:
-        """psycopg's ``executemany`` pipelines the batch and syncs at its end: for one row (a
-        single job created, a run finished alone) that costs a round trip and CPU more than a
-        plain ``execute`` (254 against 137 us, 59 against 40 us of CPU in a loop)."""
-        batch = list(parameters)
-        if len(batch) == 1:
-            self._conn.execute(sql, batch[0])
-        elif batch:
-            with self._conn.cursor() as cursor:
-                cursor.executemany(sql, batch)
-
-
-IDLE_IN_TRANSACTION_TIMEOUT = 2.0
-"""Seconds the server lets a session of ours sit idle inside a transaction before ending it. Our
-transactions send their statements back to back (milliseconds); a session idle that long in one
-belongs to a process frozen mid-transaction (SIGSTOP, a VM pause, a debugger), whose row locks
-(a run's, the fleet's in-flight counter every claim, outcome and reap takes) would otherwise stall
-the whole fleet for as long as it stays frozen. It stays well under any sane ``lease_ttl``."""
-
-
-SESSION_MARKER_LOCK = 7243000003
-"""Advisory lock key every store session holds, shared, for as long as it lives: it tells
-onbeat's sessions from another application's (or an administrator's) in ``pg_locks``, so
-``session_end_stalled`` ends only ours. Taken in the same simple query as the settings."""
-
-
-def _configure_session(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(
-        f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)};"
-        f" SELECT pg_advisory_lock_shared({SESSION_MARKER_LOCK})"
-    )
 
 
 class PostgresStore(SQLStore):
@@ -259,8 +118,8 @@ class PostgresStore(SQLStore):
             url,
             min_size=1,
             max_size=POOL_SIZE,
-            kwargs={"row_factory": _row_factory, "autocommit": True},
-            configure=_configure_session,
+            kwargs={"row_factory": row_factory, "autocommit": True},
+            configure=configure_session,
             timeout=CONNECT_TIMEOUT,
             reconnect_timeout=RECONNECT_TIMEOUT,
             reconnect_failed=reconnect_at_once,
@@ -285,7 +144,7 @@ class PostgresStore(SQLStore):
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
-    def _tx(self, settle: bool = False) -> Iterator[_Connection]:
+    def _tx(self, settle: bool = False) -> Iterator[StoreConnection]:
         """A write transaction. A connection lost before COMMIT was sent changed nothing
         (StoreUnavailableError); one lost in COMMIT leaves the outcome unknown, for the server
         may have committed before its answer was lost. With ``settle`` the transaction's id is
@@ -295,7 +154,7 @@ class PostgresStore(SQLStore):
         committing, xid = False, None
         try:
             with self._pool.connection() as conn, conn.transaction():
-                yield _Connection(conn)
+                yield StoreConnection(conn)
                 if settle:
                     (xid,) = conn.execute(self._q["transaction_id_if_assigned"]).fetchall()[0]
                 committing = True
@@ -341,10 +200,10 @@ class PostgresStore(SQLStore):
         ) from lost
 
     @contextmanager
-    def _read(self) -> Iterator[_Connection]:
+    def _read(self) -> Iterator[StoreConnection]:
         try:
             with self._pool.connection() as conn:
-                yield _Connection(conn)
+                yield StoreConnection(conn)
         except _UNREACHABLE as exc:
             raise self._unreachable(exc) from exc
 
@@ -499,7 +358,7 @@ class PostgresStore(SQLStore):
         return dropped
 
     @contextmanager
-    def _maintenance_tx(self) -> Iterator[_Connection]:
+    def _maintenance_tx(self) -> Iterator[StoreConnection]:
         """A transaction of history upkeep: one process at a time, and a DDL lock waited for at
         most ``lock_timeout`` (a DDL waiting longer would hold up every run behind it)."""
         with self._tx() as c:
