@@ -44,12 +44,12 @@ class TcpGate:
 
     def shut(self) -> None:
         """Refuse new connections and reset every carried one."""
-        listener, self._listener = self._listener, None
+        with self._lock:
+            listener, self._listener = self._listener, None
+            carried, self._carried = self._carried, set()
         if listener is not None:
             listener.shutdown(socket.SHUT_RDWR)
             listener.close()
-        with self._lock:
-            carried, self._carried = self._carried, set()
         _reset(*carried)
 
     def cut_at_commit(self, delivered: bool, shut: bool = False) -> threading.Event:
@@ -68,9 +68,9 @@ class TcpGate:
         return cut
 
     def _make(self, cut: _Cut, link: _Link) -> None:
-        _reset(link.client, link.server)
         if cut.shut:
-            self.shut()
+            self.shut()  # first: no new connection gets through between the cut and the shut
+        _reset(link.client, link.server)
         cut.made.set()
 
     def url(self, url: str) -> str:
@@ -87,6 +87,9 @@ class TcpGate:
                 return  # shut
             server = socket.create_connection(self._target)
             with self._lock:
+                if self._listener is not listener:  # shut while this one was accepted
+                    _reset(client, server)
+                    return
                 self._carried |= {client, server}
             link = _Link(client, server)
             threading.Thread(target=self._requests, args=(link,), daemon=True).start()

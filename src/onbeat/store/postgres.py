@@ -79,9 +79,6 @@ _BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
 """History upkeep's DDL gave way to the runs' transactions: it is tried again at the next pass."""
 HISTORY_TABLES = ("execution_history", "attempts")
 """The tables partitioned by day of fire time, with the same bounds."""
-PARTITION_STORAGE = {"attempts": "WITH (fillfactor = 70)"}
-"""Storage of a day partition, by parent: an attempt is updated once, when it ends, and room left
-in its page lets that update be HOT (no new index entry)."""
 _UNREACHABLE = (
     psycopg.OperationalError,
     PoolTimeout,
@@ -320,7 +317,6 @@ class PostgresStore(SQLStore):
                     if day in self._day_partitions(c, parent):
                         continue  # another scheduler created it meanwhile
                     ddl: dict[str, object] = {"parent": parent, "partition": name}
-                    ddl["storage"] = PARTITION_STORAGE.get(parent, "")
                     ddl |= {"lo": day * DAY_US, "hi": (day + 1) * DAY_US}
                     c.execute(self._q["partition_lock_default"].format(**ddl))
                     c.execute(self._q["partition_create"].format(**ddl))

@@ -52,6 +52,11 @@ class QuietPoolReconnects(logging.Filter):
         self._last: dict[str, tuple[float, int]] = {}
         """pool name -> (when its last failure was logged, failures held back since)"""
 
+    def forget(self) -> None:
+        """Hold back nothing logged so far (a test that counts a pool's lines starts afresh)."""
+        with self._lock:
+            self._last.clear()
+
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg == self.GAVE_UP:
             return False
@@ -70,7 +75,9 @@ class QuietPoolReconnects(logging.Filter):
         return True
 
 
-logging.getLogger("psycopg.pool").addFilter(QuietPoolReconnects())
+POOL_LOG_FILTER = QuietPoolReconnects()
+"""The filter on psycopg_pool's logger (one per process: pools are told apart by name)."""
+logging.getLogger("psycopg.pool").addFilter(POOL_LOG_FILTER)
 
 
 def reconnect_at_once(pool: ConnectionPool[Any]) -> None:

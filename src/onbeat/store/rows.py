@@ -216,6 +216,19 @@ def attempt_of(a: sqlite3.Row) -> Attempt:
     )
 
 
+def running_attempt_of(r: sqlite3.Row) -> Attempt:
+    """The attempt a running run's row describes (attempts are stored when they end)."""
+    return Attempt(
+        attempt=r["attempt"],
+        worker=r["lease_owner"],
+        fencing_token=r["fencing_token"],
+        started_at=from_us(r["started_at"]),
+        finished_at=None,
+        outcome=AttemptOutcome.RUNNING,
+        error=None,
+    )
+
+
 def execution_of(r: sqlite3.Row, attempts: tuple[Attempt, ...]) -> Execution:
     """A run held ahead (stored as running, to count in flight and be reaped, with no start yet)
     reads as queued: it has not started, and its ``lease_owner`` names the worker that will start

@@ -188,45 +188,23 @@ class SQLiteStore(SQLStore):
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
     ) -> list[Row]:
-        """Start the runs, then insert their attempts: SQLite has no data-modifying CTE."""
         params = {"ids": batch_json(list(ids)), "owner": owner, "now": now}
         params["lease_expires_at"] = lease_expires_at
         started: list[Row] = c.execute(Q["execution_start_many"], params).fetchall()
-        self._insert_attempts(c, started, owner, now)
         return started
 
     def _confirm_runs(
         self, c: Connection, owner: str, held: Mapping[str, int], now: int, lease_expires_at: int
     ) -> dict[str, int]:
-        """Start the runs, then insert their attempts (as ``_start_runs``)."""
         params = {"held": batch_json(dict(held)), "owner": owner, "now": now}
         params["lease_expires_at"] = lease_expires_at
-        started: list[Row] = c.execute(Q["execution_confirm_many"], params).fetchall()
-        self._insert_attempts(c, started, owner, now)
+        started = c.execute(Q["execution_confirm_many"], params).fetchall()
         return {row["id"]: row["fencing_token"] for row in started}
 
-    @staticmethod
-    def _insert_attempts(c: Connection, started: Sequence[Row], owner: str, now: int) -> None:
-        """The attempts of runs just started (their rows as the start returned them)."""
-        c.executemany(
-            Q["attempt_insert"],
-            [
-                {
-                    "id": row["id"],
-                    "scheduled_for": row["scheduled_for"],
-                    "attempt": row["attempt"],
-                    "owner": owner,
-                    "fencing_token": row["fencing_token"],
-                    "now": now,
-                }
-                for row in started
-            ],
-        )
-
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
-        """End the attempts, copy the runs to the history, then delete them (SQLite has no
+        """Write the attempts, copy the runs to the history, then delete them (SQLite has no
         data-modifying CTE), wake the runs waiting for them, and complete the one-shot jobs."""
-        c.executemany(Q["attempt_finish"], finishes)
+        c.executemany(Q["attempt_end"], [{**f, "worker": None} for f in finishes])
         c.executemany(Q["execution_finish_final"], finishes)
         c.executemany(Q["execution_finish_final_delete"], finishes)
         if finishes:

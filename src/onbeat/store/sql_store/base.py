@@ -38,6 +38,7 @@ from onbeat.store.rows import (
     execution_of,
     from_us,
     job_of,
+    running_attempt_of,
     to_us,
 )
 
@@ -179,18 +180,19 @@ class SQLBase:
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int
     ) -> list[Row]:
         """Start the runs of ``ids`` that are still queued (leased to ``owner``, attempt and
-        fencing token moved on) and insert their attempts; returns the started runs' rows."""
+        fencing token moved on); returns the started runs' rows. An attempt is written once,
+        when it ends (``attempt_end``): until then its run's row is its record."""
         raise NotImplementedError
 
     def _confirm_runs(
         self, c: Connection, owner: str, held: Mapping[str, int], now: int, lease_expires_at: int
     ) -> dict[str, int]:
-        """Start the runs ``owner`` claimed ahead (``held``: id -> token) that may still start,
-        and insert their attempts; returns id -> the new fencing token of each started."""
+        """Start the runs ``owner`` claimed ahead (``held``: id -> token) that may still start
+        (as ``_start_runs``); returns id -> the new fencing token of each started."""
         raise NotImplementedError
 
     def _finish_final(self, c: Connection, finishes: Sequence[Mapping[str, Any]]) -> None:
-        """End running runs (tokens checked) for good: end their attempts, move them to the
+        """End running runs (tokens checked) for good: write their attempts, move them to the
         history with their final outcome without updating the hot row first, wake their jobs'
         runs waiting for a predecessor (``_wake_waiting``), and complete a one-shot job whose
         scheduled run this was. ``finishes``: the ``execution_finish``
@@ -435,9 +437,17 @@ class SQLBase:
         return self._with_attempts(c, [row])[0]
 
     def _with_attempts(self, c: Connection, rows: Sequence[Row]) -> list[Execution]:
+        """The runs with their attempts: the ended ones as stored, and the one running, which
+        is not stored until it ends, from its run's row (unless a version that stored attempts
+        at their start stored it)."""
         by_id: dict[str, list[Attempt]] = {r["id"]: [] for r in rows}
         for a in c.execute(self._q["attempts_of"], {"ids": batch_json(list(by_id))}):
             by_id[a["execution_id"]].append(attempt_of(a))
+        for r in rows:
+            attempts = by_id[r["id"]]
+            running = r["status"] == ExecutionStatus.RUNNING.value and r["started_at"] is not None
+            if running and all(a.fencing_token != r["fencing_token"] for a in attempts):
+                attempts.append(running_attempt_of(r))
         return [execution_of(r, tuple(by_id[r["id"]])) for r in rows]
 
     def _wake_waiting(self, c: Connection, job_ids: Sequence[str], now_us: int) -> None:

@@ -73,10 +73,12 @@ class RunTransactions(LimitTransactions):
             }
             job_ids = batch_json(sorted({r["job_id"] for r in rows.values()}))
             running: dict[str, list[RunningRun]] = {}
+            tokens: dict[str, int] = {}
             for r in c.execute(self._q["execution_running_of_jobs"], {"job_ids": job_ids}):
                 running.setdefault(r["job_id"], []).append(
                     RunningRun(r["id"], from_us(r["started_at"]))
                 )
+                tokens[r["id"]] = r["fencing_token"]
             grace_line = to_us(now - timedelta(seconds=misfire_grace))
             late_jobs = sorted(
                 {r["job_id"] for r in rows.values() if (r["queued_at"] or 0) < grace_line}
@@ -139,7 +141,7 @@ class RunTransactions(LimitTransactions):
                 c, [rows[run.id] for run in plan.start], frees, limits, now, max_starts
             )
             replaced = {k: v for k, v in plan.replaced.items() if k in limited.start}
-            cancelled = self._replace(c, replaced, now_us)
+            cancelled = self._replace(c, replaced, tokens, now_us)
             if plan.catchup:
                 c.execute(self._q["execution_mark_catchup"], {"ids": batch_json(plan.catchup)})
             to_start = [rows[run.id] for run in plan.start if run.id in limited.start]
@@ -221,30 +223,38 @@ class RunTransactions(LimitTransactions):
         with self._tx() as c:
             return self._confirm_runs(c, owner, held, now_us, now_us + int(lease_ttl * 1e6))
 
-    def _replace(self, c: Connection, replaced: Mapping[str, list[str]], now_us: int) -> list[str]:
-        """overlap=replace: cancel the running predecessors, fencing their tokens; returns, for
-        each run cancelled, the newer run that replaced it."""
+    def _replace(
+        self,
+        c: Connection,
+        replaced: Mapping[str, list[str]],
+        tokens: Mapping[str, int],
+        now_us: int,
+    ) -> list[str]:
+        """overlap=replace: cancel the running predecessors (``tokens``: id -> fencing token as
+        the claim read them, under their job's lock), fencing their tokens; returns, for each run
+        cancelled, the newer run that replaced it."""
         cancelled = []
         for newer, victims in replaced.items():
             why = f"replaced by execution {newer}"
             for victim in victims:
+                # its attempt first, from its row as it runs: attempts, then runs and history
+                c.execute(
+                    self._q["attempt_end"],
+                    {
+                        "id": victim,
+                        "fencing_token": tokens[victim],
+                        "worker": None,
+                        "outcome": AttemptOutcome.CANCELLED.value,
+                        "error": why,
+                        "now": now_us,
+                    },
+                )
                 gone = c.execute(
                     self._q["execution_replace"], {"id": victim, "reason": why, "now": now_us}
                 ).fetchone()
                 if gone:
                     cancelled.append(newer)
-                    c.execute(
-                        self._q["attempt_finish"],
-                        {
-                            "id": victim,
-                            "scheduled_for": gone["scheduled_for"],
-                            "fencing_token": gone["fencing_token"],
-                            "outcome": AttemptOutcome.CANCELLED.value,
-                            "error": why,
-                            "now": now_us,
-                        },
-                    )
-                    self._archive(c, [victim])  # after its attempt: attempts, then history
+                    self._archive(c, [victim])
         return cancelled
 
     @retried
@@ -340,8 +350,8 @@ class RunTransactions(LimitTransactions):
             attempts.append(
                 {
                     "id": r["id"],
-                    "scheduled_for": r["scheduled_for"],
                     "fencing_token": done.fencing_token,
+                    "worker": None,
                     "outcome": outcome.value,
                     "error": done.error,
                     "now": now_us,
@@ -360,9 +370,10 @@ class RunTransactions(LimitTransactions):
                     }
                 )
         final = [ExecutionStatus(f["status"]).is_final for f in finishes]
-        # attempts before runs and history, in every transaction (a lock order)
+        # attempts before runs and history, in every transaction (a lock order), and before the
+        # run moves on (attempt_end reads its row)
         c.executemany(
-            self._q["attempt_finish"],
+            self._q["attempt_end"],
             [a for a, ends in zip(attempts, final, strict=True) if not ends],
         )
         c.executemany(

@@ -270,12 +270,12 @@ class SchedulingTransactions(LimitTransactions):
                 self._q["execution_reap"], {"decisions": batch_json(decisions), "now": now_us}
             ).fetchall()
             c.executemany(
-                self._q["attempt_finish"],
+                self._q["attempt_end"],
                 [
                     {
                         "id": r["id"],
-                        "scheduled_for": r["scheduled_for"],
                         "fencing_token": r["fencing_token"],
+                        "worker": expired[r["id"]]["lease_owner"],  # the reap cleared the row's
                         "outcome": AttemptOutcome.LOST.value,
                         "error": r["last_error"],
                         "now": now_us,

@@ -265,7 +265,7 @@ LIMIT :limit;
 -- name: execution_expired_leases
 -- None within :restart_grace seconds of the server's start: no holder could renew while it was
 -- down (server time only, so an injected clock does not matter).
-SELECT e.id, e.job_id, e.attempt, e.fencing_token, e.started_at,
+SELECT e.id, e.job_id, e.attempt, e.fencing_token, e.started_at, e.lease_owner,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
@@ -324,7 +324,7 @@ CROSS JOIN LATERAL (
 -- written as the complement of 'running' so that it does not match the partial index of running
 -- runs: the planner would read all of it (every running run, and the dead entries a bitmap scan
 -- never prunes) for the few jobs of a claim.
-SELECT r.id, r.job_id, coalesce(r.started_at, r.due_at) AS started_at
+SELECT r.id, r.job_id, r.fencing_token, coalesce(r.started_at, r.due_at) AS started_at
 FROM runs AS r
 WHERE r.job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS jsonb))))
   AND r.status NOT IN ('scheduled', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped');
@@ -336,7 +336,9 @@ WHERE job_id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:job_ids AS json
 GROUP BY job_id;
 
 -- name: execution_start_many
--- Start the queued runs of :ids and insert their attempts, in one statement. The ids drive
+-- Start the queued runs of :ids. Their attempts are not written yet: a running attempt is the
+-- runs row (attempt, lease_owner, fencing_token, started_at; SQLStore._with_attempts reads it
+-- from there), and it is written once, when it ends (attempt_end). The ids drive
 -- (runs_pkey, = ANY of the array); "queued" is written as the complement of the other statuses
 -- so that it does not match runs_dispatch, which the planner would AND with the ids (reading
 -- every queued run of every shard). :waited: the lease runs from the commit, not from when the
@@ -350,11 +352,7 @@ WITH started AS (
             ELSE 0 END
     WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
       AND status NOT IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled', 'skipped')
-    RETURNING *),
-attempt AS (
-    INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
-                          outcome)
-    SELECT id, scheduled_for, attempt, :owner, fencing_token, :now, 'running' FROM started)
+    RETURNING *)
 SELECT * FROM started;
 
 -- name: execution_claim_ahead_many
@@ -372,8 +370,9 @@ RETURNING *;
 -- name: execution_confirm_many
 -- Start the runs a worker claimed ahead, at their due time: each only if still claimed ahead by
 -- it under that token and its job is active, so a cancel, pause or edit committed before wins.
--- The runs are locked in id order first (see execution_heartbeat); the attempt begins here, with
--- a lease from the commit (:waited, as in execution_start_many) that the heartbeat renews.
+-- The runs are locked in id order first (see execution_heartbeat); the attempt begins here (its
+-- record is written when it ends, as in execution_start_many), with a lease from the commit
+-- (:waited, as in execution_start_many) that the heartbeat renews.
 WITH pairs AS MATERIALIZED (
     SELECT h.id, CAST(h.token AS bigint) AS token
     FROM jsonb_each_text(CAST(:held AS jsonb)) AS h(id, token)),
@@ -396,11 +395,7 @@ started AS (
             ELSE 0 END
     FROM held
     WHERE e.id = held.id
-    RETURNING e.*),
-attempt AS (
-    INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
-                          outcome)
-    SELECT id, scheduled_for, attempt, :owner, fencing_token, :now, 'running' FROM started)
+    RETURNING e.*)
 SELECT id, fencing_token, attempt, started_at FROM started;
 
 -- name: executions_unclaim
@@ -421,9 +416,18 @@ WHERE job_id = :job_id
   AND started_at IS NULL
 RETURNING id;
 
--- name: attempt_finish
-UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
-WHERE execution_id = :id AND scheduled_for = :scheduled_for AND fencing_token = :fencing_token;
+-- name: attempt_end
+-- An attempt's one write, as it ends, from its run's row (before the run moves on; :worker when
+-- the row no longer names it: a reap). An attempt a version before this one recorded at its
+-- start is updated instead.
+INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
+                      finished_at, outcome, error)
+SELECT id, scheduled_for, attempt, coalesce(CAST(:worker AS text), lease_owner), fencing_token,
+       started_at, :now, :outcome, :error
+FROM runs
+WHERE id = :id AND fencing_token = :fencing_token AND started_at IS NOT NULL
+ON CONFLICT (execution_id, scheduled_for, fencing_token) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error;
 
 -- name: execution_defer
 UPDATE runs SET status = 'scheduled', due_at = :due_at, reason = :reason
@@ -499,28 +503,19 @@ WHERE id = :id AND fencing_token = :fencing_token AND status = 'running';
 -- name: execution_finish_final
 -- A batch of running runs' final outcomes (the caller checked their tokens; :finishes is a JSON
 -- array of execution_finish's parameters plus scheduled_for and the attempt's outcome), in one
--- statement: each attempt ends, each run moves from runs straight into the history with its final
--- values (no update of the hot row first), the runs of its job waiting for a predecessor are due
--- now (executions_wake_waiting: one statement fewer per outcome batch; the jobs are locked by
--- then, so this statement's snapshot holds every deferral a claim committed), and a one-shot job
--- whose run this was is completed.
--- The ids drive every step (= ANY of an array: primary keys; the attempts' index), and the
--- batch's range of fire times prunes the attempts' day partitions when the statement starts
--- (= ANY of the fire times would not: every partition's index would be probed for every id);
--- "running" is written as the complement of the other statuses so that it does not match the
--- partial index runs_lease_expiry.
+-- statement: each run moves from runs straight into the history with its final values (no
+-- update of the hot row first), its attempt is written from the row the DELETE returns (its one
+-- write, as attempt_end), the runs of its job waiting for a predecessor are due now
+-- (executions_wake_waiting: one statement fewer per outcome batch; the jobs are locked by then,
+-- so this statement's snapshot holds every deferral a claim committed), and a one-shot job whose
+-- run this was is completed.
+-- The ids drive every step (= ANY of an array: primary keys); "running" is written as the
+-- complement of the other statuses so that it does not match the partial index
+-- runs_lease_expiry.
 WITH f AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(CAST(:finishes AS jsonb))
         AS f(id text, job_id text, fencing_token bigint, scheduled_for bigint, status text,
              outcome text, result text, error text, reason text, uncount_attempt int)),
-attempt AS (
-    UPDATE attempts AS a SET finished_at = :now, outcome = f.outcome, error = f.error
-    FROM f
-    WHERE a.execution_id = ANY (ARRAY(SELECT id FROM f))
-      AND a.scheduled_for BETWEEN (SELECT min(scheduled_for) FROM f)
-                              AND (SELECT max(scheduled_for) FROM f)
-      AND a.execution_id = f.id AND a.scheduled_for = f.scheduled_for
-      AND a.fencing_token = f.fencing_token),
 gone AS (
     DELETE FROM runs AS r USING f
     WHERE r.id = ANY (ARRAY(SELECT id FROM f))
@@ -538,6 +533,14 @@ moved AS (
            final_error, final_reason, created_at, started_at, :now, catchup, queued_at
     FROM gone
     RETURNING job_id, trigger),
+attempt AS (
+    INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
+                          finished_at, outcome, error)
+    SELECT g.id, g.scheduled_for, g.attempt, g.lease_owner, g.fencing_token, g.started_at, :now,
+           f.outcome, f.error
+    FROM gone AS g JOIN f ON f.id = g.id
+    ON CONFLICT (execution_id, scheduled_for, fencing_token) DO UPDATE
+    SET finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error),
 woken AS (
     -- executions_wake_waiting's UPDATE for these jobs (waiting runs are scheduled, never the
     -- running runs this statement moves)
@@ -945,8 +948,7 @@ WHERE i.inhparent = CAST(CAST(:parent AS text) AS regclass)
 LOCK TABLE {parent}_default IN ACCESS EXCLUSIVE MODE;
 
 -- name: partition_create
--- {storage}: attempts' partitions leave room for the attempt's one update (a HOT update).
-CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage};
+CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
 
 -- name: partition_fill
 -- The rows of that day that landed in the DEFAULT partition while the day had none.

@@ -118,8 +118,8 @@ CREATE TABLE attempts (
     error         TEXT,
     PRIMARY KEY (execution_id, scheduled_for, fencing_token)
 ) PARTITION BY RANGE (scheduled_for);
--- fillfactor 70 (each day partition too): the attempt's one update, when it ends, can be HOT.
-CREATE TABLE attempts_default PARTITION OF attempts DEFAULT WITH (fillfactor = 70);
+-- An attempt is written once, when it ends: a running attempt is its run's row.
+CREATE TABLE attempts_default PARTITION OF attempts DEFAULT;
 
 CREATE TABLE dead_letters (
     execution_id  TEXT COLLATE "C" PRIMARY KEY,

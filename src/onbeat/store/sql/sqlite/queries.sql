@@ -172,7 +172,7 @@ LIMIT :limit;
 -- name: execution_expired_leases
 -- Running runs whose lease expired, in every shard, longest expired first: a range read on
 -- runs_lease_expiry.
-SELECT e.id, e.job_id, e.attempt, e.fencing_token, e.started_at,
+SELECT e.id, e.job_id, e.attempt, e.fencing_token, e.started_at, e.lease_owner,
        j.max_attempts, j.backoff_base, j.backoff_cap, j.status AS job_status, j.tenant
 FROM runs e JOIN jobs j ON j.id = e.job_id
 WHERE e.status = 'running' AND e.lease_expires_at < :now
@@ -211,7 +211,7 @@ WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND status IN ('schedule
 GROUP BY job_id;
 
 -- name: execution_running_of_jobs
-SELECT id, job_id, coalesce(started_at, due_at) AS started_at FROM runs
+SELECT id, job_id, fencing_token, coalesce(started_at, due_at) AS started_at FROM runs
 WHERE status = 'running' AND job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: execution_newest_missed_of_jobs
@@ -223,15 +223,13 @@ WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND trigger = 'schedule'
 GROUP BY job_id;
 
 -- name: execution_start_many
+-- The runs' attempts are not written yet: a running attempt is its run's row, written once when
+-- it ends (attempt_end).
 UPDATE runs
 SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
     lease_owner = :owner, lease_expires_at = :lease_expires_at, started_at = :now, reason = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued'
 RETURNING *;
-
--- name: attempt_insert
-INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at, outcome)
-VALUES (:id, :scheduled_for, :attempt, :owner, :fencing_token, :now, 'running');
 
 -- name: execution_claim_ahead_many
 -- Claim runs ahead of their due time (plan.plan_claim's start_ahead): running under the lease,
@@ -267,9 +265,18 @@ UPDATE runs SET status = 'scheduled', lease_owner = NULL, lease_expires_at = NUL
 WHERE job_id = :job_id AND status = 'running' AND started_at IS NULL
 RETURNING id;
 
--- name: attempt_finish
-UPDATE attempts SET finished_at = :now, outcome = :outcome, error = :error
-WHERE execution_id = :id AND scheduled_for = :scheduled_for AND fencing_token = :fencing_token;
+-- name: attempt_end
+-- An attempt's one write, as it ends, from its run's row (before the run moves on; :worker when
+-- the row no longer names it: a reap). An attempt a version before this one recorded at its
+-- start is updated instead.
+INSERT INTO attempts (execution_id, scheduled_for, attempt, worker, fencing_token, started_at,
+                      finished_at, outcome, error)
+SELECT id, scheduled_for, attempt, coalesce(:worker, lease_owner), fencing_token, started_at,
+       :now, :outcome, :error
+FROM runs
+WHERE id = :id AND fencing_token = :fencing_token AND started_at IS NOT NULL
+ON CONFLICT (execution_id, fencing_token) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error;
 
 -- name: execution_defer
 -- Not started now: held for a paused job, or waiting for a running predecessor (overlap=queue).
