@@ -17,6 +17,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -142,7 +143,7 @@ class WakeListener:
                 self._end_attempt()
             finally:
                 with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await cast(Any, pubsub).aclose()  # typed from redis 8.2 on, not before
                 with contextlib.suppress(RedisError, OSError):
                     await client.aclose()
             if failures > 1:
