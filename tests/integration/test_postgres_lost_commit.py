@@ -6,8 +6,8 @@ Regression: the API answered such a loss with the 503 that says "nothing was cha
 client sent its unkeyed batch create again and the first copy's 50 jobs ran unacknowledged (the
 fault suite's S6, once in CI, at ``pg_ctl restart -m fast``). Now the API's writes ask the server
 whether the transaction committed (``pg_xact_status``) and answer from that; a loss they cannot
-settle is a 504 that says the change may have been applied; and a service write without
-settling says the same to its caller (StoreOutcomeUnknownError).
+settle is a 504 that says the change may have been applied; a worker's claim settles too;
+and a service write without settling says the same to its caller (StoreOutcomeUnknownError).
 """
 
 from __future__ import annotations
@@ -22,7 +22,17 @@ import onbeat.store.postgres
 from onbeat import App
 from onbeat.api import create_app
 from onbeat.errors import StoreOutcomeUnknownError, StoreUnavailableError
+from onbeat.model import ExecutionStatus, RetryPolicy
 from onbeat.testing.postgres import fresh_schema
+from onbeat.testing.store_contract import (
+    GRACE,
+    RUN_TTL,
+    WORKER,
+    _dispatch,
+    _ids,
+    _new,
+    _only_run,
+)
 from tests.api.conftest import add_test_tasks
 from tests.tcp_gate import TcpGate, tcp_gate
 
@@ -98,6 +108,23 @@ def test_service_write__commit_answer_lost__outcome_unknown_though_stored(gated:
         store.secret_get_or_create("lost-commit", "first")
     assert cut.wait(CUT_WITHIN)
     assert gated.direct.store.secret_get_or_create("lost-commit", "second") == "first"
+
+
+def test_claim__commit_answer_lost__the_worker_gets_the_runs_it_started(gated: Gated) -> None:
+    """Told "unavailable", a worker would not run the runs the claim started under its lease:
+    they would wait out the lease and be reaped as a lost attempt, their last one for a task of
+    one attempt, without having run."""
+    store = gated.app.store
+    job = store.job_create(_new(retry=RetryPolicy(max_attempts=1))).job
+    run = _only_run(store, job.id)
+    assert run.id in _ids(_dispatch(store))
+    cut = gated.gate.cut_at_commit(delivered=True)
+    [started] = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE).started
+    assert cut.wait(CUT_WITHIN)
+    stored = gated.direct.store.execution_get(run.id)
+    assert stored is not None
+    assert (stored.status, stored.lease_owner) == (ExecutionStatus.RUNNING, WORKER)
+    assert stored.fencing_token == started.execution.fencing_token
 
 
 async def test_rest_create__commit_answer_lost__201_with_the_one_job_stored(

@@ -58,11 +58,14 @@ class RunTransactions(LimitTransactions):
     ) -> ClaimResult:
         """Decide each run with ``plan_claim`` (pause, due, misfire, overlap, ahead), then the
         fleet limits of those it would start (``plan_limits``; a run under a limit is never
-        claimed ahead), then write the decisions in batches."""
+        claimed ahead), then write the decisions in batches. Settled (``_tx``): a claim whose
+        COMMIT lost its answer but committed started its runs under this worker's lease, and
+        told "unavailable" the worker would not run them: they would wait out the lease and be
+        reaped as a lost attempt, dead-lettered if it was their last, without having run."""
         now = self.now()
         now_us = to_us(now)
         ahead_until = now + timedelta(seconds=ahead) if ahead > 0 and max_ahead > 0 else None
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             self._lock_jobs_of_runs(c, execution_ids)
             rows = {
                 r["id"]: r
@@ -220,7 +223,7 @@ class RunTransactions(LimitTransactions):
         self, owner: str, held: Mapping[str, int], lease_ttl: float
     ) -> dict[str, int]:
         now_us = self._now_us()
-        with self._tx() as c:
+        with self._tx(settle=True) as c:
             return self._confirm_runs(c, owner, held, now_us, now_us + int(lease_ttl * 1e6))
 
     def _replace(
