@@ -63,10 +63,10 @@ from datetime import datetime, timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from onbeat.clock import Clock
 from onbeat.errors import QueueUnavailableError, ValidationError
@@ -130,7 +130,10 @@ class RedisDelayQueue:
         self._waiters = Waiters()
         self._listener = WakeListener(
             # Blocks on pub/sub reads as long as it takes; named, so operators can find it.
-            lambda: self._client(None, f"onbeat-wake-{self._instance}"),
+            # no reconnect inside the client: a lost subscription must end the listen, which
+            # wakes the waiters and subscribes again (redis-py's asyncio Retry would resubscribe
+            # silently, and wake no one for what was published meanwhile)
+            lambda: self._client(None, f"onbeat-wake-{self._instance}", reconnects=0),
             self._keys.wake_channel,
             self._instance,
             self._waiters,
@@ -166,7 +169,7 @@ class RedisDelayQueue:
         plain = urlunsplit(parts._replace(query=urlencode(query)))
         return cls(plain, clock, prefix=prefix, shards=shards, per_shard_calls=per_shard_calls)
 
-    def _client(self, read_timeout: float | None, name: str) -> aioredis.Redis:
+    def _client(self, read_timeout: float | None, name: str, reconnects: int = 1) -> aioredis.Redis:
         return aioredis.Redis.from_url(
             self._client_url,
             client_name=name,
@@ -174,7 +177,7 @@ class RedisDelayQueue:
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=read_timeout,
             socket_keepalive=True,  # a peer that vanished is noticed by the OS, eventually
-            retry=Retry(NoBackoff(), 1),  # one reconnect; callers retry with backoff
+            retry=Retry(NoBackoff(), reconnects),  # callers retry with backoff
         )
 
     # -- DelayQueue ------------------------------------------------------------------------
