@@ -12,9 +12,9 @@ the same rows (copied back, times shifted to now, VACUUM ANALYZE, CHECKPOINT) an
 Variants (``--variants``): ``store`` runs the real ``PostgresStore.execution_claim`` /
 ``execution_finish_many`` (psycopg sync pool, from threads). The others run the same statements,
 with the same parameters, on a driver (``bench/store_drivers_tx.py``): ``psycopg-sync``,
-``psycopg-async`` (``AsyncConnection``) or ``asyncpg``, each in the SQL shape ``json`` (the
-statements of queries.sql as they are), ``arrays`` (native arrays for id lists) or ``unnest``
-(native arrays, and one statement per batch instead of executemany; ``bench/store_drivers.sql``).
+``psycopg-async`` (``AsyncConnection``) or ``asyncpg``, on the statements of queries.sql as they
+are (shape ``json``; the ``arrays`` and ``unnest`` shapes of issue 7 were dropped once queries.sql
+took up their lessons: see ``bench/store_drivers_tx.py``).
 
 Per phase: runs/s, client CPU (``time.process_time``, every thread) and backend CPU
 (``/proc/<pid>/stat`` of the variant's backends, by ``application_name``) per 1,000 runs, batch
@@ -24,7 +24,7 @@ p50/p99; ``--repeat`` (3) rounds, order rotated; a table, and every figure in
 
     .venv/bin/pip install -e '.[bench]'                               # asyncpg
     .venv/bin/python -m bench.store_drivers --random-page-cost 1.1    # ~15 min at 20,000 runs
-    .venv/bin/python -m bench.store_drivers --variants store,asyncpg/unnest --repeat 5
+    .venv/bin/python -m bench.store_drivers --variants store,asyncpg/json --repeat 5
     .venv/bin/python -m bench.store_drivers --statements --stats stale
 """
 
@@ -67,17 +67,7 @@ from onbeat.store.base import DispatchParams, NewJob
 from onbeat.store.postgres import PostgresStore
 from onbeat.testing.postgres import TEST_SERVER, fresh_schema
 
-VARIANTS = (
-    "store",
-    "psycopg-sync/json",
-    "psycopg-sync/unnest",
-    "psycopg-async/json",
-    "psycopg-async/arrays",
-    "psycopg-async/unnest",
-    "asyncpg/json",
-    "asyncpg/arrays",
-    "asyncpg/unnest",
-)
+VARIANTS = ("store", "psycopg-sync/json", "psycopg-async/json", "asyncpg/json")
 RESULTS = Path(__file__).parent / "results"
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 TIME_COLUMNS = ("created_at", "scheduled_for", "due_at", "queued_at")

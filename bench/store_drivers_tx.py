@@ -6,8 +6,10 @@ with the same parameters and the same little Python between them, runs on psycop
 async) and on asyncpg. Only the driver differs, which is what ``bench/store_drivers.py``
 measures; ``StoreDriver`` runs the real ``PostgresStore`` methods beside them.
 
-Statements come from ``src/onbeat/store/sql/postgres/queries.sql`` (shape ``json``) or, for the
-shapes ``arrays`` and ``unnest``, from ``bench/store_drivers.sql`` over it.
+Statements come from ``src/onbeat/store/sql/postgres/queries.sql``, in its one shape (``json``:
+lists of ids and batches as one JSON parameter). The ``arrays`` and ``unnest`` shapes of issue 7
+(``bench/store_drivers.sql``, on the ``executions`` table of before migration 0005) were dropped:
+queries.sql took up their lessons (ids matched by ``= ANY``, one statement per batch).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import re
 import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import psycopg
@@ -29,12 +30,11 @@ from onbeat.store.base import Completion
 from onbeat.store.postgres import PostgresStore
 from onbeat.store.queries import load_queries
 
-SHAPES = ("json", "arrays", "unnest")
+SHAPES = ("json",)
 OWNER = "bench-worker"
 LEASE_TTL = 60.0
 MISFIRE_GRACE = 60.0
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _TYPED = {"now": "bigint"}
 """Parameters asyncpg cannot type from their place alone (``CASE ... ELSE :now END`` resolves to
 text); psycopg sends a Python int as int8, so queries.sql needs no cast."""
@@ -44,14 +44,8 @@ Claimed = list[tuple[str, int]]
 
 def named_statements(shape: str) -> dict[str, str]:
     """The statements of one shape, with ``:name`` parameters."""
-    statements = load_queries("postgres")
-    if shape != "json":
-        text = (Path(__file__).parent / "store_drivers.sql").read_text()
-        parts = _NAME.split(text)
-        statements.update(
-            (name, body.strip()) for name, body in zip(parts[1::2], parts[2::2], strict=True)
-        )
-    return statements
+    assert shape in SHAPES, shape
+    return load_queries("postgres")
 
 
 def psycopg_statements(shape: str) -> dict[str, str]:
@@ -97,9 +91,10 @@ def _ids(shape: str, ids: Sequence[str]) -> Any:
 
 
 def claim_steps(shape: str, ids: Sequence[str], now_us: int) -> Transaction:
-    """``PostgresStore.execution_claim`` for runs of jobs with nothing running (what a backlog
-    of ``now`` jobs is): lock the jobs, lock and read the runs, check what runs for their jobs,
-    start them, log their attempts. Returns ``Claimed``."""
+    """``PostgresStore.execution_claim`` for runs of jobs with nothing running and no tenant
+    limits (what a backlog of ``now`` jobs is): lock the jobs, lock and read the runs, check what
+    runs for their jobs, read the tenants' overrides, start the runs, count them in flight.
+    Returns ``Claimed``."""
     yield Step("jobs_lock_of_runs", {"ids": _ids(shape, ids)}, rows=False)
     rows = yield Step("execution_claim_candidates", {"ids": _ids(shape, ids)})
     queued = [r for r in rows if r["status"] == "queued"]
@@ -108,51 +103,28 @@ def claim_steps(shape: str, ids: Sequence[str], now_us: int) -> Transaction:
         r["job_id"]
         for r in (yield Step("execution_running_of_jobs", {"job_ids": _ids(shape, job_ids)}))
     }
-    to_start = [r["id"] for r in queued if r["job_id"] not in busy]
+    to_start = [r for r in queued if r["job_id"] not in busy]
+    tenants = sorted({r["tenant"] for r in to_start})
+    yield Step("tenant_limits_of", {"tenants": _ids(shape, tenants)})
     started = yield Step(
         "execution_start_many",
         {
-            "ids": _ids(shape, to_start),
+            "ids": _ids(shape, [r["id"] for r in to_start]),
             "owner": OWNER,
             "lease_expires_at": now_us + int(LEASE_TTL * 1_000_000),
             "now": now_us,
+            "waited": False,
         },
     )
-    if shape == "unnest":
-        yield Step(
-            "attempt_insert_unnest",
-            {
-                "ids": [r["id"] for r in started],
-                "attempts": [r["attempt"] for r in started],
-                "fencing_tokens": [r["fencing_token"] for r in started],
-                "owner": OWNER,
-                "now": now_us,
-            },
-            rows=False,
-        )
-    else:
-        yield Step(
-            "attempt_insert",
-            [
-                {
-                    "id": r["id"],
-                    "attempt": r["attempt"],
-                    "owner": OWNER,
-                    "fencing_token": r["fencing_token"],
-                    "now": now_us,
-                }
-                for r in started
-            ],
-            many=True,
-            rows=False,
-        )
+    yield _usage_step(shape, [r["tenant"] for r in to_start], +1)
     return [(r["id"], r["fencing_token"]) for r in started]
 
 
 def finish_steps(shape: str, claimed: Claimed, now_us: int) -> Transaction:
     """``PostgresStore.execution_finish_many`` for successful runs: lock the jobs, lock and read
-    the runs' tokens, finish the runs whose token still holds and their attempts, complete
-    their one-shot jobs, wake runs waiting for them. Returns how many it finished."""
+    the runs' tokens, then one statement moves the runs whose token still holds to the history
+    with their attempts (completing their one-shot jobs, waking runs waiting for them), and the
+    counters. Returns how many it finished."""
     ids = [run_id for run_id, _ in claimed]
     yield Step("jobs_lock_of_runs", {"ids": _ids(shape, ids)}, rows=False)
     current = {
@@ -163,81 +135,38 @@ def finish_steps(shape: str, claimed: Claimed, now_us: int) -> Transaction:
         r = current.pop(run_id, None)
         if r is not None and r["status"] == "running" and r["fencing_token"] == token:
             done.append(r)
-    result = json.dumps(None)
-    if shape == "unnest":
-        n = len(done)
+    finishes = [
+        {
+            "id": r["id"],
+            "job_id": r["job_id"],
+            "fencing_token": r["fencing_token"],
+            "scheduled_for": r["scheduled_for"],
+            "status": "succeeded",
+            "outcome": "succeeded",
+            "result": "null",
+            "error": None,
+            "reason": None,
+            "uncount_attempt": 0,
+        }
+        for r in done
+    ]
+    if finishes:
         yield Step(
-            "execution_finish_unnest",
-            {
-                "ids": [r["id"] for r in done],
-                "fencing_tokens": [r["fencing_token"] for r in done],
-                "statuses": ["succeeded"] * n,
-                "due_ats": [None] * n,
-                "results": [result] * n,
-                "errors": [None] * n,
-                "reasons": [None] * n,
-                "uncount_attempts": [0] * n,
-                "now": now_us,
-            },
+            "execution_finish_final",
+            {"finishes": json.dumps(finishes), "now": now_us},
             rows=False,
         )
-        yield Step(
-            "attempt_finish_unnest",
-            {
-                "ids": [r["id"] for r in done],
-                "fencing_tokens": [r["fencing_token"] for r in done],
-                "outcomes": ["succeeded"] * n,
-                "errors": [None] * n,
-                "now": now_us,
-            },
-            rows=False,
-        )
-    else:
-        yield Step(
-            "execution_finish",
-            [
-                {
-                    "id": r["id"],
-                    "fencing_token": r["fencing_token"],
-                    "status": "succeeded",
-                    "due_at": None,
-                    "result": result,
-                    "error": None,
-                    "reason": None,
-                    "uncount_attempt": 0,
-                    "now": now_us,
-                }
-                for r in done
-            ],
-            many=True,
-            rows=False,
-        )
-        yield Step(
-            "attempt_finish",
-            [
-                {
-                    "id": r["id"],
-                    "fencing_token": r["fencing_token"],
-                    "outcome": "succeeded",
-                    "error": None,
-                    "now": now_us,
-                }
-                for r in done
-            ],
-            many=True,
-            rows=False,
-        )
-    one_shots = sorted({r["job_id"] for r in done if r["trigger"] == "schedule"})
-    if one_shots:
-        yield Step(
-            "job_complete_one_shot", {"ids": _ids(shape, one_shots), "now": now_us}, rows=False
-        )
-    job_ids = sorted({r["job_id"] for r in done})
-    if job_ids:
-        yield Step(
-            "executions_wake_waiting", {"job_ids": _ids(shape, job_ids), "now": now_us}, rows=False
-        )
+    yield _usage_step(shape, [r["tenant"] for r in done], -1)
     return len(done)
+
+
+def _usage_step(shape: str, tenants: Sequence[str], sign: int) -> Step:
+    """``tenant_usage_add``: runs in flight per tenant and for the fleet (``''``, first)."""
+    counts: dict[str, int] = {"": sign * len(tenants)}
+    for tenant in tenants:
+        counts[tenant] = counts.get(tenant, 0) + sign
+    changes = [{"tenant": t, "running": n, "tat": None} for t, n in sorted(counts.items())]
+    return Step("tenant_usage_add", {"changes": json.dumps(changes)}, rows=False)
 
 
 def _now_us() -> int:
