@@ -64,7 +64,8 @@ class Hold:
 def held_after(store: Store, method: str) -> Iterator[Hold]:
     """The first call of ``store.<method>`` answers as usual, then waits at the hold until the
     test releases it: the call that made it is held there, inside its transaction if it is in
-    one. Released on exit whatever happens, so a failed test does not leave a thread behind."""
+    one. Released (and unwrapped) on exit whatever happens, so a failed test does not leave a
+    thread waiting: enter it inside the executor that makes the call."""
     original: Callable[..., Any] = getattr(store, method)
     hold = Hold()
 
@@ -79,6 +80,7 @@ def held_after(store: Store, method: str) -> Iterator[Hold]:
     try:
         yield hold
     finally:
+        setattr(store, method, original)
         hold.release.set()
 
 
@@ -110,7 +112,7 @@ class InterleavingContract:
                 b.job_update, job.id, JobChanges(schedule=Schedule.parse(cron=EVERY_MINUTE))
             ),
         }
-        with held_after(b, "now") as hold, ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(2) as pool, held_after(b, "now") as hold:
             deciding = pool.submit(decide[decision])
             assert hold.reached.wait(BARRIER_TIMEOUT)
             clock.advance(1)
@@ -149,7 +151,7 @@ class InterleavingContract:
         outcome = partial((a if held == "claim" else b).execution_finish_many, [_ok(first)])
         held_call, other_call = (claim, outcome) if held == "claim" else (outcome, claim)
         hook = "_first_pending" if held == "claim" else "_finish_final"
-        with held_after(b, hook) as hold, ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(2) as pool, held_after(b, hook) as hold:
             holding = pool.submit(held_call)
             assert hold.reached.wait(BARRIER_TIMEOUT)
             other = pool.submit(other_call)
