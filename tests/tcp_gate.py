@@ -52,19 +52,26 @@ class TcpGate:
             listener.close()
         _reset(*carried)
 
-    def cut_at_commit(self, delivered: bool, shut: bool = False) -> threading.Event:
-        """Reset the next connection that sends a COMMIT, and only it. ``delivered``: the server
-        gets the COMMIT and its answer is dropped (it committed; the client cannot know), else
-        the COMMIT is dropped (the server sees the connection end and rolls back). ``shut``:
-        the gate shuts with the cut (the server stays away until ``open``). The event returned
-        is set once the cut is made."""
-        self._cut = _Cut(delivered, shut)
+    def cut_at_commit(
+        self, delivered: bool, shut: bool = False, after: bytes = b""
+    ) -> threading.Event:
+        """Reset the next connection that sends a COMMIT, and only it: the COMMIT of a
+        transaction that sent ``after`` (a statement's text; psycopg sends it while the
+        statement is not prepared, the first 5 times on a connection), so another session's
+        COMMIT does not take the cut. ``delivered``: the server gets the COMMIT and its answer is dropped
+        (it committed; the client cannot know), else the COMMIT is dropped (the server sees the
+        connection end and rolls back). ``shut``: the gate shuts with the cut (the server stays
+        away until ``open``). The event returned is set once the cut is made."""
+        self._cut = _Cut(delivered, shut, after)
         return self._cut.made
 
-    def _take_cut(self) -> _Cut | None:
-        """The armed cut, disarmed: one connection's COMMIT takes it."""
+    def _take_cut(self, link: _Link) -> _Cut | None:
+        """The armed cut, disarmed, if this COMMIT ends a transaction it is for."""
         with self._lock:
-            cut, self._cut = self._cut, None
+            cut = self._cut
+            if cut is None or cut.after not in link.sent:
+                return None
+            self._cut = None
         return cut
 
     def _make(self, cut: _Cut, link: _Link) -> None:
@@ -99,7 +106,10 @@ class TcpGate:
         """Client to server, watching for the COMMIT to cut."""
         with contextlib.suppress(OSError):
             while data := link.client.recv(65536):
-                cut = self._take_cut() if COMMIT in data else None
+                link.sent += data
+                cut = self._take_cut(link) if COMMIT in data else None
+                if COMMIT in data:
+                    link.sent = b""  # a transaction ended: what it sent no longer counts
                 if cut is not None and not cut.delivered:
                     self._make(cut, link)
                     return
@@ -124,6 +134,7 @@ class TcpGate:
 class _Cut:
     delivered: bool
     shut: bool
+    after: bytes
     made: threading.Event = field(default_factory=threading.Event)
 
 
@@ -133,6 +144,8 @@ class _Link:
 
     client: socket.socket
     server: socket.socket
+    sent: bytes = b""
+    """What the client sent since its last COMMIT."""
     cut: _Cut | None = None
     """A delivered cut: the server's next answer is dropped and the connection reset."""
 

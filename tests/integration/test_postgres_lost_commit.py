@@ -40,6 +40,8 @@ pytestmark = pytest.mark.external_service
 
 CUT_WITHIN = 10.0
 """Seconds by which an armed cut has been made (the write sends its COMMIT at once)."""
+JOBS_INSERT = b"INSERT INTO jobs"
+"""The create's transaction, which the cut is for (not another session's COMMIT)."""
 
 
 @dataclass
@@ -78,7 +80,7 @@ def _stored_job_ids(g: Gated) -> list[str]:
 def test_create__commit_reached_the_server__returns_the_jobs_it_stored(
     gated: Gated, jobs: int
 ) -> None:
-    cut = gated.gate.cut_at_commit(delivered=True)
+    cut = gated.gate.cut_at_commit(delivered=True, after=JOBS_INSERT)
     news = [gated.app.prepare("echo", {"n": n}) for n in range(jobs)]
     created = gated.app.submit_many(news)
     assert cut.wait(CUT_WITHIN), "the COMMIT was never cut"
@@ -90,7 +92,7 @@ def test_create__commit_reached_the_server__returns_the_jobs_it_stored(
 def test_create__commit_never_reached_the_server__unavailable_and_nothing_stored(
     gated: Gated,
 ) -> None:
-    cut = gated.gate.cut_at_commit(delivered=False)
+    cut = gated.gate.cut_at_commit(delivered=False, after=JOBS_INSERT)
     with pytest.raises(StoreUnavailableError) as raised:
         gated.app.submit("echo", {"n": 1})
     assert cut.wait(CUT_WITHIN)
@@ -103,7 +105,7 @@ def test_service_write__commit_answer_lost__outcome_unknown_though_stored(gated:
     """A service's write does not settle (its retry is idempotent): its caller is told the
     outcome is unknown, not that nothing changed, and indeed the change is there."""
     store = gated.app.store
-    cut = gated.gate.cut_at_commit(delivered=True)
+    cut = gated.gate.cut_at_commit(delivered=True, after=b"INSERT INTO secrets")
     with pytest.raises(StoreOutcomeUnknownError):
         store.secret_get_or_create("lost-commit", "first")
     assert cut.wait(CUT_WITHIN)
@@ -118,7 +120,7 @@ def test_claim__commit_answer_lost__the_worker_gets_the_runs_it_started(gated: G
     job = store.job_create(_new(retry=RetryPolicy(max_attempts=1))).job
     run = _only_run(store, job.id)
     assert run.id in _ids(_dispatch(store))
-    cut = gated.gate.cut_at_commit(delivered=True)
+    cut = gated.gate.cut_at_commit(delivered=True, after=b"UPDATE runs")
     [started] = store.execution_claim([run.id], WORKER, RUN_TTL, GRACE).started
     assert cut.wait(CUT_WITHIN)
     stored = gated.direct.store.execution_get(run.id)
@@ -130,7 +132,7 @@ def test_claim__commit_answer_lost__the_worker_gets_the_runs_it_started(gated: G
 async def test_rest_create__commit_answer_lost__201_with_the_one_job_stored(
     gated: Gated, client: httpx.AsyncClient
 ) -> None:
-    cut = gated.gate.cut_at_commit(delivered=True)
+    cut = gated.gate.cut_at_commit(delivered=True, after=JOBS_INSERT)
     response = await client.post("/jobs", json={"task": "echo", "params": {"n": 1}})
     assert response.status_code == 201, response.text
     assert cut.wait(CUT_WITHIN)
@@ -144,7 +146,7 @@ async def test_rest_create__lost_commit_the_server_cannot_settle__504_outcome_un
     API says the create may have been applied (no Retry-After: sending it again could apply it
     twice); the server did commit it."""
     monkeypatch.setattr(onbeat.store.postgres, "SETTLE_TIMEOUT", 1.0)
-    cut = gated.gate.cut_at_commit(delivered=True, shut=True)
+    cut = gated.gate.cut_at_commit(delivered=True, shut=True, after=JOBS_INSERT)
     response = await client.post("/jobs/batch", json={"jobs": [{"task": "echo"}] * 2})
     assert cut.wait(CUT_WITHIN)
     assert response.status_code == 504, response.text
