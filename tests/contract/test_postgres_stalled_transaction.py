@@ -238,28 +238,40 @@ def test_session_end_stalled__ends_a_session_frozen_after_a_pipeline_its_own_tim
         c.execute("SELECT * FROM tenant_usage WHERE tenant = '' FOR UPDATE")
         c.executemany("SELECT %(n)s", [{"n": 1}, {"n": 2}])  # a pipeline
 
+    def remaining(observer: psycopg.Connection[Any]) -> tuple[int, int]:
+        row = observer.execute(
+            "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s),"
+            " (SELECT count(*) FROM pg_locks WHERE pid = %(pid)s)",
+            {"pid": pid[0]},
+        ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
     try:
-        with _frozen_transaction(frozen, hold) as outcome:
+        with (
+            _frozen_transaction(frozen, hold) as outcome,
+            psycopg.connect(url, autocommit=True) as observer,
+        ):
             began = time.monotonic()
             assert store.session_end_stalled() == 0, "ended before it had stalled for long"
             ended = 0
+            # Until it is gone, by either hand: the server's own timer misses this freeze
+            # most of the time, not always (CI: it fired first in 2 of ~6 runs).
             while not ended and time.monotonic() - began < TIMEOUT + 3:
                 ended = store.session_end_stalled()
+                if not ended and remaining(observer)[0] == 0:
+                    break
                 time.sleep(0.05)
             took = time.monotonic() - began
-            with psycopg.connect(url, autocommit=True) as observer:
-                left = observer.execute(
-                    "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s),"
-                    " (SELECT count(*) FROM pg_locks WHERE pid = %(pid)s)",
-                    {"pid": pid[0]},
-                ).fetchone()
+            left = remaining(observer)
     finally:
         frozen.close()
         store.close()
     assert left == (0, 0), "the frozen session, or a lock of it, is still there"
-    assert ended == 1
     assert TIMEOUT - 0.5 < took < TIMEOUT + 3
     assert isinstance(outcome[0], StoreUnavailableError), "the frozen transaction committed"
+    if not ended:  # then the server ended it (its own timeout), and the session's next use failed
+        assert isinstance(outcome[0].__cause__, psycopg.OperationalError), outcome[0].__cause__
 
 
 def test_session_end_stalled__leaves_an_administrators_open_transaction_alone(url: str) -> None:
