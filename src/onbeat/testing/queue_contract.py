@@ -55,6 +55,14 @@ async def _settle(rounds: int = 20) -> None:
         await asyncio.sleep(0)
 
 
+async def _asleep(clock: FakeClock) -> None:
+    """Until a waiter sleeps on the clock: it has read the queue and registered its deadline.
+    ``_settle()`` alone can leave a backend that reads in a thread or over the network still
+    reading, so a clock advanced next lands before the sleep is registered and is never seen
+    (a CI hang on SQLite)."""
+    await asyncio.wait_for(clock.until_sleeping(), SAFETY_TIMEOUT)
+
+
 def _at(clock: FakeClock, seconds: float) -> datetime:
     return clock.now() + timedelta(seconds=seconds)
 
@@ -653,7 +661,7 @@ class DelayQueueContract:
     ) -> None:
         await delay_queue.enqueue([QueueItem("e1", _at(clock, 5)), QueueItem("e2", _at(clock, 8))])
         waiter = asyncio.create_task(delay_queue.wait(60))
-        await _settle()
+        await _asleep(clock)
         clock.advance(4.5)
         await _settle()
         assert not waiter.done()
@@ -666,7 +674,7 @@ class DelayQueueContract:
     ) -> None:
         await delay_queue.enqueue([QueueItem("e1", _at(clock, 5)), QueueItem("e2", _at(clock, 8))])
         waiter = asyncio.create_task(delay_queue.wait(60, ahead=2.0))
-        await _settle()
+        await _asleep(clock)
         clock.advance(2.9)
         await _settle()
         assert not waiter.done()
@@ -688,10 +696,8 @@ class DelayQueueContract:
         # that wakes only for arrivals due before it would wake anyway must count the horizon.
         await delay_queue.enqueue([QueueItem("far", _at(clock, 3600))])
         waiter = asyncio.create_task(delay_queue.wait(10, ahead=2.0))
-        # Asleep on the clock, so it has read the queue and chosen what may wake it (_settle()
-        # alone can leave a backend that reads over the network still reading: any arrival
-        # wakes it then, and the test would prove nothing).
-        await asyncio.wait_for(clock.until_sleeping(), SAFETY_TIMEOUT)
+        # Asleep, so it has chosen what may wake it: any arrival wakes a waiter still reading.
+        await _asleep(clock)
         await _settle()
         assert not waiter.done()
         await delay_queue.enqueue([QueueItem("near", _at(clock, 11))])  # the clock does not move
@@ -700,7 +706,7 @@ class DelayQueueContract:
     async def test_wait__times_out(self, delay_queue: DelayQueue, clock: FakeClock) -> None:
         await delay_queue.enqueue([QueueItem("far", _at(clock, 3600))])
         waiter = asyncio.create_task(delay_queue.wait(10))
-        await _settle()
+        await _asleep(clock)
         clock.advance(9.9)
         await _settle()
         assert not waiter.done()
@@ -711,7 +717,7 @@ class DelayQueueContract:
         self, delay_queue: DelayQueue, clock: FakeClock
     ) -> None:
         waiter = asyncio.create_task(delay_queue.wait(2))
-        await _settle()
+        await _asleep(clock)
         assert not waiter.done()
         clock.advance(2)
         await asyncio.wait_for(waiter, SAFETY_TIMEOUT)
