@@ -115,6 +115,8 @@ class Scheduler:
         """When (monotonic) the store answered the reaper again: its first round trip after the
         last failure, or the end of a wait of half a lease TTL or more. No reap for a lease TTL
         after it (see ``reap``)."""
+        self._hold_off_logged = -math.inf
+        """The ``_store_back_at`` whose hold-off was logged: one line per hold-off."""
         self._taken_over: set[int] = set()
         """Shards taken over whose queued runs have not all been checked against the queue yet."""
         self.started = asyncio.Event()
@@ -252,6 +254,13 @@ class Scheduler:
         if waited or self._store_failed_at > self._store_back_at:
             self._store_back_at = got_through
         if got_through - self._store_back_at < self.settings.lease_ttl:
+            if self._hold_off_logged != self._store_back_at:
+                self._hold_off_logged = self._store_back_at
+                log.info(
+                    "reaper holding off for %.1fs: the store was unavailable or kept a pass"
+                    " waiting, so the workers get a lease TTL to renew before any lease is taken",
+                    self._store_back_at + self.settings.lease_ttl - got_through,
+                )
             return 0
         total = 0
         while True:

@@ -130,6 +130,14 @@ class Settings(BaseSettings):
         "crash isolation). See docs/executors.md.",
         json_schema_extra=_flag("up", "worker"),
     )
+    process_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Niceness each task process (`pool` processes) adds to its own: a CPU-bound "
+        "task then yields the CPU to its worker's heartbeats, claims and starts (and to anything "
+        "else on the machine) when they compete, and has it all when they do not. 0: equal.",
+    )
     lease_ttl: float = Field(
         default=60.0, gt=0, description="Seconds a worker's lease on a run lasts."
     )

@@ -36,12 +36,13 @@ def query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
 
 
-def _released_at(database_url: str, pid: int) -> list[float]:
-    """When (wall seconds, the store's clock) each attempt the worker ``pid`` released ended."""
+def _ended_at(database_url: str, pid: int, outcome: str) -> list[float]:
+    """When (wall seconds, the store's clock) each attempt of the worker ``pid`` that ended with
+    ``outcome`` ended: 'released' by the worker, 'lost' by the reaper."""
     rows = query(
         database_url,
         "SELECT finished_at FROM attempts"
-        f" WHERE outcome = 'released' AND worker LIKE '%-{pid}-%' AND finished_at IS NOT NULL",
+        f" WHERE outcome = '{outcome}' AND worker LIKE '%-{pid}-%' AND finished_at IS NOT NULL",
     )
     return [int(row[0]) / 1e6 for row in rows]
 
@@ -284,6 +285,7 @@ def check(
             latest.append((round(delay, 3), eid, first["pid"], run.shard))
 
     detect: list[float] = []
+    detections: list[dict[str, Any]] = []
     release: list[float] = []
     restart: list[float] = []
     for event in seen.timeline:
@@ -298,10 +300,26 @@ def check(
         if graceful:
             # The promise is the release (the store's record of it), not how soon another worker
             # is alive to take the run: S3's poison runs may have taken every other one down.
-            release += [at - event.wall for at in _released_at(database_url, event.pid)]
+            release += [at - event.wall for at in _ended_at(database_url, event.pid, "released")]
             restart += [min(again)] if again else []
         elif again:
             detect.append(min(again))
+            # What a late one spent where: the reaper's first take of the victim's leases, then
+            # the queue and a worker's claim.
+            lost_after = [
+                at - event.wall
+                for at in _ended_at(database_url, event.pid, "lost")
+                if at > event.wall
+            ]
+            detections.append(
+                {
+                    "fault": event.fault,
+                    "pid": event.pid,
+                    "held": len(event.held),
+                    "first_reaped_after": round(min(lost_after), 3) if lost_after else None,
+                    "first_started_elsewhere_after": round(min(again), 3),
+                }
+            )
 
     fenced = _count_log_lines(seen.logs, FENCED_LOG_LINES)
     metrics: dict[str, Any] = {
@@ -409,6 +427,7 @@ def check(
         "unexplained_dups": unexplained[:20],
         "false_rescues": false_rescues[:20],
         "latest_baseline_starts": sorted(latest, reverse=True)[:5],
+        "detections": detections,
     }
     return Report(scenario, seed, metrics, checks, {"details": details})
 

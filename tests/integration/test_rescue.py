@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ async def test_rescue__no_reap_within_a_lease_ttl_of_a_reap_the_store_kept_waiti
 
 
 async def test_rescue__no_reap_by_a_pass_that_waited_to_reach_the_store(
-    node: Node, monkeypatch: pytest.MonkeyPatch
+    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Regression (fault suite N1, PostgreSQL ``stop -m immediate`` + start on a busy box): a
     reap pass waited for a connection through the server's 5.7 s of crash recovery, past the
@@ -196,12 +197,16 @@ async def test_rescue__no_reap_by_a_pass_that_waited_to_reach_the_store(
         ping()
 
     monkeypatch.setattr(node.app.store, "ping", waited)
+    caplog.set_level(logging.INFO, logger="onbeat.scheduler")
     assert await node.scheduler.reap() == 0  # the holder is reconnecting too
     monkeypatch.setattr(node.app.store, "ping", ping)
     node.clock.advance(settings.lease_ttl - 1)
     assert await node.scheduler.reap() == 0
     node.clock.advance(1)
     assert await node.scheduler.reap() == 1  # nobody renewed it in a lease TTL: dead after all
+    # One line says why the runs of a dead worker wait (once per hold-off, not per pass).
+    held_off = [r.getMessage() for r in caplog.records if "reaper holding off" in r.getMessage()]
+    assert len(held_off) == 1, held_off
 
 
 async def test_rescue__no_reap_within_a_lease_ttl_of_the_first_round_trip_after_a_failure(

@@ -20,6 +20,7 @@ from onbeat.model import Execution
 from onbeat.worker.results import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
 from tests.integration.conftest import Node
 from tests.unit import pool_tasks
+from tests.unit.pool_children import pool_processes
 
 ABORTS: list[Callable[[], BaseException]] = [
     lambda: SystemExit(3),
@@ -206,8 +207,9 @@ async def test_worker__runs_claimed_behind_a_task_that_blocks_the_loop_are_hande
     """An async task that blocks the loop does not hold the runs claimed with it until it lets
     go: the watchdog's thread releases the ones the loop has not begun (due again at once, the
     attempt not counted), so another worker can start them meanwhile; the loop, once free,
-    does not run them too."""
-    node.app.settings.loop_stall_warning = 0.2
+    does not run them too. The hand-back does not wait for the stall warning: task code seen
+    holding the loop is handed back for a quarter second into the block."""
+    node.app.settings.loop_stall_warning = 60.0
     handed_back, let_go = threading.Event(), threading.Event()
     ran: list[str] = []
 
@@ -248,12 +250,45 @@ async def test_worker__runs_claimed_behind_a_task_that_blocks_the_loop_are_hande
     assert released.status is ExecutionStatus.SCHEDULED
     assert [a.outcome for a in released.attempts] == [AttemptOutcome.RELEASED]
     assert (worker.stats.handed_back, worker.stats.started) == (1, 1)  # started: the hog only
+    assert worker.stats.loop_stalls == 0  # handed back long before a warning
     assert ran == []  # the freed loop skipped it
     await node.step()  # another worker (the node's) starts it
     done = node.execution(noop_job.id)
     assert (done.status, done.attempt) == (ExecutionStatus.SUCCEEDED, 1)
     assert ran == [done.id]
     assert node.execution(hog_job.id).status is ExecutionStatus.SUCCEEDED
+
+
+async def test_worker__ids_handed_out_before_a_task_blocks_the_loop_are_requeued(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue hands a claim its ids, then a task blocks the loop before the claim reaches
+    the store (the fault suite's S2 saw 40 runs wait 3 s for the sweep so): the watchdog
+    requeues them in the store, the next dispatch queues them for any worker, and the loop,
+    once free, does not claim them."""
+    ran: list[str] = []
+    node.app.task(name="noop")(lambda ctx: ran.append(ctx.execution_id))
+    job = node.app.schedule("noop")
+    await node.dispatch()
+    worker = node.worker
+    real_claim_due = worker.queue.claim_due
+
+    async def claim_due(limit: int, ahead: float = 0.0) -> list[str]:
+        if ahead:  # a claim's second look (due soon): the first one's ids are in hand
+            worker._hand_back_unstarted()  # what the watchdog's thread does while a task blocks
+            return []
+        return await real_claim_due(limit, ahead)
+
+    monkeypatch.setattr(worker.queue, "claim_due", claim_due)
+    assert await worker._claim() == (1, 0)  # left the queue, not started here
+    requeued = node.execution(job.id)
+    assert (requeued.status, requeued.attempts) == (ExecutionStatus.SCHEDULED, ())
+    assert worker.stats.handed_back == 1
+    monkeypatch.undo()
+    await node.step()
+    done = node.execution(job.id)
+    assert (done.status, done.attempt) == (ExecutionStatus.SUCCEEDED, 1)
+    assert ran == [done.id]
 
 
 async def test_worker__task_pool_processes_runs_in_a_child_whatever_the_worker_pool(
@@ -273,6 +308,22 @@ async def test_worker__task_pool_processes_runs_in_a_child_whatever_the_worker_p
     child = node.execution(in_child.id)
     assert child.status is ExecutionStatus.SUCCEEDED
     assert isinstance(child.result, int) and child.result != os.getpid()
+
+
+async def test_worker__with_a_process_task_starts_its_first_child_as_it_starts(node: Node) -> None:
+    """The fork server's boot (a few hundred ms, seconds on a loaded box) is paid when the worker
+    starts, not by the first run in a process; shutdown leaves no child behind."""
+    node.app.task(name="in_child", pool="processes")(pool_tasks.pid)
+    stop = asyncio.Event()
+    running = asyncio.create_task(node.worker.run(stop))
+    deadline = time.monotonic() + 10
+    while not pool_processes() and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # an outside process starting: no event to wait on
+    warmed = pool_processes()
+    stop.set()
+    await running
+    assert len(warmed) == 1
+    assert pool_processes() == set()
 
 
 @pytest.mark.parametrize(

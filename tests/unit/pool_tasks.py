@@ -16,6 +16,10 @@ def pid(ctx: TaskContext) -> int:
     return os.getpid()
 
 
+def niceness(ctx: TaskContext) -> int:
+    return os.nice(0)
+
+
 def noop(ctx: TaskContext) -> None:
     return None
 

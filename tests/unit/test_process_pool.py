@@ -24,6 +24,7 @@ from onbeat.testing import FakeClock
 from onbeat.worker import processes
 from onbeat.worker.processes import ChildTaskError, ProcessExecutor
 from tests.unit import pool_tasks
+from tests.unit.pool_children import pool_processes
 
 pytestmark = [
     pytest.mark.slow,
@@ -74,24 +75,6 @@ def gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def pool_processes() -> set[int]:
-    """Processes, zombies included, that multiprocessing's fork server forked for this test run."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    servers = [
-        pid
-        for pid in parents.get(os.getpid(), [])
-        if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
-    return {pid for server in servers for pid in parents.get(server, [])}
 
 
 async def test_returns_the_value_and_the_child_sees_the_params_and_context(pools: Pools) -> None:
@@ -197,6 +180,33 @@ async def test_a_child_killed_while_idle_is_replaced_before_the_next_run(pools: 
     assert await run(pool, pool_tasks.pid) != killed  # not a TaskCrashed for a run never started
 
 
+async def test_warm_starts_the_child_the_first_run_takes(pools: Pools) -> None:
+    pool = pools(2)
+    await pool.warm()
+    (warmed,) = pool_processes()
+    assert await run(pool, pool_tasks.pid) == warmed
+    await pool.warm()  # a pool with a child already: nothing more
+    assert pool_processes() == {warmed}
+
+
+async def test_warm_beside_runs_filling_the_pool_never_exceeds_its_size(pools: Pools) -> None:
+    pool = pools(2)
+    spans = await asyncio.gather(
+        pool.warm(), *(run(pool, pool_tasks.nap_then_pid, seconds=0.1) for _ in range(3))
+    )
+    assert len({child for child, _, _ in spans[1:]}) <= 2
+    assert len(pool_processes()) <= 2
+
+
+async def test_close_during_warm_leaves_no_process(pools: Pools) -> None:
+    pool = pools(1)
+    warming = asyncio.create_task(pool.warm())
+    await asyncio.sleep(0)  # the child is starting in a thread
+    await pool.close()
+    await warming  # ends without raising: a closed pool is nothing to warm
+    assert pool_processes() == set()
+
+
 async def test_a_task_a_child_cannot_import_fails_with_a_clear_error(pools: Pools) -> None:
     def local(ctx: TaskContext) -> None:
         return None
@@ -241,6 +251,12 @@ async def test_close_kills_busy_and_idle_children_promptly_and_leaves_no_process
         await run(pool, pool_tasks.noop)
 
 
+async def test_children_run_at_the_niceness_added_to_the_workers(pools: Pools) -> None:
+    """A CPU-bound run yields to the worker's loop (heartbeats, claims) when they compete."""
+    assert await run(pools(1, nice=7), pool_tasks.niceness) == os.nice(0) + 7
+    assert await run(pools(1), pool_tasks.niceness) == os.nice(0)
+
+
 async def test_a_memory_balloon_under_max_memory_fails_its_run_not_the_parent(
     pools: Pools,
 ) -> None:
@@ -259,6 +275,7 @@ from onbeat.clock import SystemClock
 from onbeat.task import TaskContext, TaskRegistry
 from onbeat.worker.processes import ProcessExecutor
 from tests.unit import pool_tasks
+from tests.unit.pool_children import pool_processes
 
 ctx = TaskContext("ex", "job", 1, 1, datetime.now(UTC), logging.getLogger("t"))
 task = TaskRegistry().register(pool_tasks.announce_then_hang)

@@ -4,6 +4,7 @@ current task at each of the watchdog's looks, no real stall needed."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -58,3 +59,23 @@ def test_watchdog__hands_back_only_while_one_task_holds_the_loop(
     dog._loop = object()  # type: ignore[assignment]
     dog._stalled(looks, sent=0.0)  # type: ignore[arg-type]
     assert (len(stalls), len(calls)) == (1, hand_backs)
+
+
+@pytest.mark.parametrize(
+    ("holder", "hand_backs"),
+    [(HOG, 3), (A, 0)],
+    ids=["a-run-hands-back-at-once", "another-task-waits-for-the-threshold"],
+)
+def test_watchdog__a_runs_task_holding_the_loop_hands_back_before_the_warning(
+    monkeypatch: pytest.MonkeyPatch, holder: FakeTask, hand_backs: int
+) -> None:
+    """Task code that blocks is handed back for from ``HAND_BACK_AFTER``, so the runs behind it
+    start elsewhere well within a second; onbeat's own steps are short and get the threshold."""
+    looks = Looks([holder] * 4)
+    monkeypatch.setattr("onbeat.worker.watchdog.asyncio.current_task", looks.current_task)
+    stalls: list[int] = []
+    calls: list[int] = []
+    dog = LoopWatchdog(1.0, lambda eid: eid, lambda: stalls.append(1), lambda: calls.append(1))
+    dog._loop = object()  # type: ignore[assignment]
+    dog._stalled(looks, sent=time.monotonic())  # type: ignore[arg-type]
+    assert (len(stalls), len(calls)) == (0, hand_backs)  # the looks take no time: no warning

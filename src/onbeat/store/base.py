@@ -485,6 +485,17 @@ class Store(Protocol):
         Concurrency: as ``execution_finish_many``, conditional on owner, running and token."""
         ...
 
+    def execution_requeue(self, execution_ids: Sequence[str]) -> int:
+        """Runs the delay queue handed out to a worker that will not claim them (a task blocks
+        its event loop before the claim reached the store): each still queued becomes scheduled
+        again at its due time, so the next dispatch hands it to the queue at once instead of the
+        sweep after ``sweep_overdue``. Returns how many.
+
+        Concurrency: conditional per run on queued at write time: of a requeue and a claim of
+        the run, the first to commit wins (a claim after it finds the run not queued and skips
+        it; a claim before it leaves the requeue nothing to do)."""
+        ...
+
     # --- dashboard reads --------------------------------------------------------------------
     # Each is a few index range reads, however many jobs and executions the store holds.
     def job_search(

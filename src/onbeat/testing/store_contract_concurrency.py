@@ -299,6 +299,31 @@ class ConcurrencyContract:
             assert a.execution_heartbeat(WORKER, _held(run), RUN_TTL) == {}
             assert b.execution_finish_many([outcome]) == []
 
+    def test_execution_requeue__race_with_a_claim_has_one_winner(
+        self, store_pair: tuple[Store, Store], clock: FakeClock
+    ) -> None:
+        """A blocked worker's watchdog requeues a run its queue handed it while another worker,
+        handed the same id again, claims it: either the claim started it and the requeue did
+        nothing, or the requeue won and the claim skipped it, for the dispatch to queue again."""
+        a, b = store_pair
+        for _ in range(RACE_ROUNDS):
+            job = a.job_create(_new()).job
+            eid = _only_run(a, job.id).id
+            assert eid in _ids(_dispatch(a))
+            requeued, claim = race(
+                partial(a.execution_requeue, [eid]),
+                partial(b.execution_claim, [eid], OTHER_WORKER, RUN_TTL, GRACE),
+            )
+            started = _ids(claim.started) == {eid}
+            assert (requeued == 1) != started, f"requeued={requeued}, started={started}"
+            stored = _get(a, eid)
+            if started:
+                assert stored.status is ExecutionStatus.RUNNING
+                assert stored.lease_owner == OTHER_WORKER
+            else:
+                assert stored.status is ExecutionStatus.SCHEDULED
+                assert eid in _ids(_dispatch(a))
+
     def test_execution_heartbeat__race_with_reap_never_rescues_a_kept_run(
         self, store_pair: tuple[Store, Store], clock: FakeClock
     ) -> None:

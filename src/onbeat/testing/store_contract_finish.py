@@ -42,7 +42,8 @@ __all__ = ["FinishContract"]
 
 
 class FinishContract:
-    """``execution_finish_many``, ``execution_reap``, ``execution_sweep``, ``execution_release``."""
+    """``execution_finish_many``, ``execution_reap``, ``execution_sweep``, ``execution_requeue``,
+    ``execution_release``."""
 
     # -- execution_finish_many -----------------------------------------------------------------
 
@@ -244,6 +245,27 @@ class FinishContract:
         assert running.execution.id not in _ids(swept)
         assert store.execution_sweep(leases, [], None, 100).items == []
         assert _get(store, lost.id).status is ExecutionStatus.QUEUED
+
+    # -- execution_requeue ---------------------------------------------------------------------
+
+    def test_execution_requeue__queued_runs_are_dispatched_again_others_untouched(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        later = store.job_create(_once(_at(clock, 5))).job
+        now = store.job_create(_new()).job
+        pending_id, queued_id = _only_run(store, later.id).id, _only_run(store, now.id).id
+        assert {pending_id, queued_id} <= _ids(_dispatch(store))
+        running = _start(store)
+        assert store.execution_requeue([]) == 0
+        assert store.execution_requeue([queued_id, running.execution.id, "no-such-run"]) == 1
+        requeued = _get(store, queued_id)
+        assert (requeued.status, requeued.attempt) == (ExecutionStatus.SCHEDULED, 0)
+        assert requeued.due_at == _only_run(store, now.id).scheduled_for  # due as it was
+        assert _get(store, running.execution.id).status is ExecutionStatus.RUNNING
+        assert _get(store, pending_id).status is ExecutionStatus.QUEUED
+        assert _ids(_dispatch(store)) == {queued_id}
+        assert store.execution_requeue([queued_id]) == 1  # queued again: requeued again
+        assert _claim(store, _ids(_dispatch(store)).pop()).execution.attempt == 1
 
     # -- execution_release ---------------------------------------------------------------------
 

@@ -8,8 +8,10 @@ replaced, so the task really stops. A task that crashes its process (segfault, `
 Children come from multiprocessing's ``forkserver``: a clean single-threaded server process forks
 them, so they inherit none of the worker's threads, locks or SQLite connection (plain ``fork`` would),
 and, with this module preloaded in the server, a new child is ready in milliseconds where ``spawn``
-would re-import onbeat each time. Children start lazily, on the first run that needs one: the
-constructor stays cheap and synchronous, and a worker with no sync task never boots a server.
+would re-import onbeat each time. The constructor starts nothing: a worker whose tasks run in
+processes calls ``warm()`` as it starts, which boots the server and one child in the background (the
+boot takes a few hundred ms, seconds on a loaded box, and would otherwise delay the first run); more
+children start on demand, and a worker with no such task never boots a server.
 
 Task functions cross by reference (module + qualified name); params, return values and the context's
 fields cross pickled. The parent waits for a reply with ``loop.add_reader`` on the pipe, so the event
@@ -70,16 +72,21 @@ class ProcessExecutor:
     """Runs tasks in a pool of ``size`` child processes; see the module docstring.
 
     ``max_memory`` (bytes) caps each child's address space (``RLIMIT_AS``), so a run that balloons
-    fails with MemoryError (or dies) instead of taking the machine down. Children are daemonic:
-    a task cannot start processes of its own with multiprocessing.
+    fails with MemoryError (or dies) instead of taking the machine down. ``nice`` is added to each
+    child's niceness, so CPU-bound runs yield to the worker's own loop (heartbeats, claims,
+    starts) when they compete. Children are daemonic: a task cannot start processes of its own
+    with multiprocessing.
     """
 
-    def __init__(self, size: int, clock: Clock, *, max_memory: int | None = None) -> None:
+    def __init__(
+        self, size: int, clock: Clock, *, max_memory: int | None = None, nice: int = 0
+    ) -> None:
         if size < 1:
             raise ValueError("a process pool needs at least one process")
         self.size = size
         self.clock = clock
         self.max_memory = max_memory
+        self.nice = nice
         self._mp = multiprocessing.get_context("forkserver")
         # Applies to the (process-wide) server only if it is not running yet.
         self._mp.set_forkserver_preload(["__main__", __name__])
@@ -124,6 +131,20 @@ class ProcessExecutor:
         if isinstance(outcome, _Raised):
             raise ChildTaskError(outcome.type_name, outcome.message, outcome.traceback)
         return outcome.value
+
+    async def warm(self) -> None:
+        """Start one child (and the fork server, the first time) ahead of the first run, holding
+        a slot meanwhile so the pool never exceeds ``size``. A failure is only logged: the first
+        run then starts its own child, as without the warm-up."""
+        await self._free_slots.acquire()
+        try:
+            if not self._closed and not self._children:
+                self._idle.append(await self._spawn())
+        except Exception:
+            if not self._closed:  # else the pool closed while the child started: nothing wrong
+                log.exception("could not start a worker process ahead; the first run tries again")
+        finally:
+            self._free_slots.release()
 
     async def close(self) -> None:
         """Kill every child, idle or busy (their runs raise TaskCrashed), and reap them."""
@@ -194,7 +215,7 @@ class ProcessExecutor:
         parent_end, child_end = self._mp.Pipe()
         process = self._mp.Process(
             target=_child_main,
-            args=(child_end, self.max_memory),
+            args=(child_end, self.max_memory, self.nice),
             name="onbeat-task-process",
             daemon=True,
         )
@@ -362,13 +383,15 @@ def _signal_name(number: int) -> str:
 
 
 # --- in the child ---------------------------------------------------------------------------
-def _child_main(conn: Connection, max_memory: int | None) -> None:
+def _child_main(conn: Connection, max_memory: int | None, nice: int) -> None:
     """A child's life: run calls one at a time until the pool closes its end of the pipe."""
     # Ctrl-C signals the whole process group; the worker decides what stops, not each child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent(conn)
     if max_memory is not None:
         resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
+    if nice:
+        os.nice(nice)
     while True:
         try:
             request = conn.recv_bytes()

@@ -115,6 +115,9 @@ class Worker:
         """execution id -> fencing token of runs a claim committed that the event loop has not
         started yet (it may be blocked by a task): the heartbeat renews them too. Changed under
         ``_held_lock``, from the claim's thread and the loop."""
+        self._in_hand: set[str] = set()
+        """Ids the queue handed out whose claim has not reached the store yet (the loop may be
+        blocked by a task before it does): the watchdog requeues them. Under ``_held_lock``."""
         self._ahead = ClaimsAhead(
             store, self.owner, settings, clock, self._held_lock, self._held, self._start_confirmed
         )
@@ -135,10 +138,11 @@ class Worker:
         self._flushes = FailureStreak("recording outcomes", log)
         self._async_executor = AsyncExecutor(clock)
         self._default_pool: Pool = settings.pool
+        self._processes = ProcessExecutor(settings.concurrency, clock, nice=settings.process_nice)
+        """Warmed as the worker starts if a task runs there (``run``), else never started."""
         self._pools: dict[Pool, Executor] = {
             "threads": ThreadExecutor(clock, on_abandon=self._count_abandoned),
-            # its children start on first use: a worker whose tasks never ask costs nothing
-            "processes": ProcessExecutor(settings.concurrency, clock),
+            "processes": self._processes,
         }
         self._heartbeat = Heartbeat(
             store,
@@ -201,14 +205,19 @@ class Worker:
         # most `free`), so a tenant's burst gets its slots in few claims even when few are free.
         ask = min(free + self._held_back, self.settings.claim_batch)
         room = self._ahead.room() if ahead else 0
+        ids: list[str] = []
         try:
-            ids = await self.queue.claim_due(ask)
+            ids = self._take_in_hand(await self.queue.claim_due(ask))
             if len(ids) < ask and room:  # nothing more due now: take what falls due next
                 more = min(room, self.settings.claim_batch - len(ids))
-                ids += await self.queue.claim_due(more, ahead=self.settings.claim_ahead)
+                ids += self._take_in_hand(
+                    await self.queue.claim_due(more, ahead=self.settings.claim_ahead)
+                )
         except Exception:
-            self._claims.failed("retrying with backoff")
-            return 0, 0
+            if not ids:
+                self._claims.failed("retrying with backoff")
+                return 0, 0
+            log.warning("claiming runs due ahead failed; claiming the %d due now", len(ids))
         if not ids:
             self._claims.succeeded()
             return 0, 0
@@ -240,10 +249,23 @@ class Worker:
                 )
         return len(ids) - len(claim.not_due), len(claim.started)
 
+    def _take_in_hand(self, ids: list[str]) -> list[str]:
+        """Note ids the queue just handed out (before any other await), so that the watchdog
+        can requeue them if a task blocks the loop before they reach the store's claim."""
+        with self._held_lock:
+            self._in_hand.update(ids)
+        return ids
+
     def _claim_leases(self, ids: list[str], free: int, room: int) -> ClaimResult:
-        """The store's claim, in a thread. The heartbeat knows the leases it took from the
-        commit on: a task blocking the event loop (``time.sleep`` in an ``async def``) until
-        the loop can start them must not let them expire and be rescued elsewhere."""
+        """The store's claim, in a thread, of the ids still in hand (not requeued by the
+        watchdog meanwhile). The heartbeat knows the leases it took from the commit on: a task
+        blocking the event loop (``time.sleep`` in an ``async def``) until the loop can start
+        them must not let them expire and be rescued elsewhere."""
+        with self._held_lock:
+            ids = [eid for eid in ids if eid in self._in_hand]
+            self._in_hand.difference_update(ids)
+        if not ids:
+            return ClaimResult([], [])
         claim = self.store.execution_claim(
             ids,
             self.owner,
@@ -353,7 +375,14 @@ class Worker:
         """While a task blocks the event loop (called from the watchdog's thread): release the
         runs claimed that the loop has not begun, so they start elsewhere now instead of when
         the task lets go (the loop, once free, skips them: ``_still_claimed``, ``_run``). If the
-        store cannot take them, they are no longer heartbeated and the reaper frees them."""
+        store cannot take them, they are no longer heartbeated and the reaper frees them. Ids
+        the queue handed out that the claim has not taken to the store yet are requeued there
+        (the loop, once free, does not claim them: ``_claim_leases``); if that fails, the sweep
+        finds them."""
+        if requeued := self._requeue_in_hand():
+            log.warning(
+                "event loop blocked: requeued %d runs handed out before it blocked", requeued
+            )
         with self._held_lock:
             unstarted = self._claimed | self._ahead.leases
             self._claimed.clear()
@@ -380,6 +409,22 @@ class Worker:
             "event loop blocked: handed back %d claimed runs it could not start, to start elsewhere",
             released,
         )
+
+    def _requeue_in_hand(self) -> int:
+        """Ids the queue handed out that no claim took to the store (the loop is blocked, or
+        the worker stopped mid-claim): back to the store's dispatch; returns how many."""
+        with self._held_lock:
+            in_hand = sorted(self._in_hand)
+            self._in_hand.clear()
+        if not in_hand:
+            return 0
+        try:
+            requeued = self.store.execution_requeue(in_hand)
+        except Exception as exc:
+            log.warning("requeueing %d runs in hand failed (%s); the sweep will", len(in_hand), exc)
+            return 0
+        self.stats.handed_back += requeued
+        return requeued
 
     def _cancel_local(self, execution_id: str, why: str) -> None:
         """Stop the local run of an execution whose lease this worker no longer holds. A run
@@ -499,6 +544,8 @@ class Worker:
                 name="onbeat-ahead",
             ),
         ]
+        if any(self._executor(task) is self._processes for task in self.registry):
+            self._loops.append(asyncio.create_task(self._processes.warm(), name="onbeat-warm"))
         try:
             await stop.wait()
         finally:
@@ -554,10 +601,11 @@ class Worker:
         rest so they run again at once elsewhere instead of waiting for their leases to expire."""
         self._stopping.set()
         for loop_task in self._loops:
-            if loop_task.get_name() in ("onbeat-claim", "onbeat-ahead"):  # may be parked in I/O
+            if loop_task.get_name() in ("onbeat-claim", "onbeat-ahead", "onbeat-warm"):  # in I/O
                 loop_task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
+        await asyncio.to_thread(self._requeue_in_hand)  # a claim stopped before the store's
         with self._held_lock:  # claimed ahead, never confirmed: released with the rest
             ahead = self._ahead.take_all()
         self._ready.clear()  # held (no task): released below

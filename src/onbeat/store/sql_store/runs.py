@@ -422,3 +422,13 @@ class RunTransactions(LimitTransactions):
             self._finish(c, outcomes, now_us)
             self._usage_end(c, [r["tenant"] for r in unstarted])
         return len(rows)
+
+    @retried
+    def execution_requeue(self, execution_ids: Sequence[str]) -> int:
+        if not execution_ids:
+            return 0
+        with self._tx() as c:
+            requeued = c.execute(
+                self._q["executions_requeue"], {"ids": batch_json(list(execution_ids))}
+            ).fetchall()
+        return len(requeued)

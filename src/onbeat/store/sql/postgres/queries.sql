@@ -398,6 +398,12 @@ started AS (
     RETURNING e.*)
 SELECT id, fencing_token, attempt, started_at FROM started;
 
+-- name: executions_requeue
+-- Runs the queue handed to a worker that will not claim them: scheduled again, for the dispatch.
+UPDATE runs SET status = 'scheduled'
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))) AND status = 'queued'
+RETURNING id;
+
 -- name: executions_unclaim
 -- Runs claimed ahead that will not start here (their worker releases them): scheduled again at
 -- their due time, for the dispatch to queue. The caller locked them.

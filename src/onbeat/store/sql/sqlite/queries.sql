@@ -251,6 +251,12 @@ WHERE (id, fencing_token) IN (SELECT key, value FROM json_each(:held))
   AND (SELECT j.status FROM jobs AS j WHERE j.id = runs.job_id) = 'active'
 RETURNING id, scheduled_for, fencing_token, attempt, started_at;
 
+-- name: executions_requeue
+-- Runs the queue handed to a worker that will not claim them: scheduled again, for the dispatch.
+UPDATE runs SET status = 'scheduled'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued'
+RETURNING id;
+
 -- name: executions_unclaim
 -- Runs claimed ahead that will not start here (their worker releases them): scheduled again at
 -- their due time, for the dispatch to queue.
