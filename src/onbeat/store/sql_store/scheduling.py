@@ -21,6 +21,7 @@ from onbeat.plan import (
     plan_reap,
 )
 from onbeat.queue.base import QueueItem
+from onbeat.schedule import ScheduleKind
 from onbeat.store.base import (
     DispatchParams,
     JobCursor,
@@ -106,9 +107,17 @@ class SchedulingTransactions(LimitTransactions):
             new_runs: list[tuple[str, int, int, PlannedExecution]] = []
             next_fires: dict[str, tuple[Row, PlannedExecution]] = {}
             schedule_trigger = Trigger.SCHEDULE.value
+            cron = ScheduleKind.CRON.value
+            grace_line = to_us(now - timedelta(seconds=params.misfire_grace))
             for r in rows:
                 first_dispatch = r["attempt"] == 0 and r["trigger"] == schedule_trigger
                 due_at = from_us(r["due_at"])  # once: the plan's and the queue item's
+                if r["schedule_kind"] != cron and (not first_dispatch or r["due_at"] >= grace_line):
+                    # A one-shot run on time, or one late on purpose (a retry, a release, a run
+                    # now): plan_dispatch would say "run" and plan nothing after it.
+                    to_queue.append(r["id"])
+                    out.append(QueueItem(r["id"], due_at, r["priority"], r["shard"]))
+                    continue
                 plan = plan_dispatch(
                     schedule=schedule_of(r),
                     misfire=misfire_policy(r["misfire"]),
