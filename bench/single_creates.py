@@ -62,9 +62,9 @@ def main() -> None:
         store = app.store
         write, sizes = store.job_create_many, []
 
-        def counted(news: Sequence[NewJob]) -> list[CreatedJob]:
+        def counted(news: Sequence[NewJob], queue_within: float | None = None) -> list[CreatedJob]:
             sizes.append(len(news))
-            return write(news)
+            return write(news, queue_within)
 
         store.job_create_many = counted  # type: ignore[method-assign]
         try:

@@ -34,6 +34,8 @@ from onbeat.model import (
     MisfirePolicy,
     OverlapPolicy,
 )
+from onbeat.queue import open_node_queue
+from onbeat.queue.feeder import QueueFeeder
 from onbeat.schedule import ScheduleKind
 from onbeat.settings import Settings
 from onbeat.store import Store, open_store
@@ -101,10 +103,11 @@ class App:
         self._published: dict[str, tuple[PublishedTask, float]] = {}
         """Tasks read from the store's catalog, and until when (monotonic) they are kept."""
         self._keys = KeyCache(lambda: self.clock.monotonic())
-        self._creates: GroupCommit[NewJob, CreatedJob] = GroupCommit(
-            lambda news: self.store.job_create_many(news)
-        )
+        self._creates: GroupCommit[NewJob, CreatedJob] = GroupCommit(self._create)
         """Single submissions from threads at once share a transaction (``onbeat.group_commit``)."""
+        self._feeder: QueueFeeder | None = None
+        self._feeder_lock = threading.Lock()
+        self._own_feeder_tried = False
 
     @property
     def store(self) -> Store:
@@ -124,9 +127,51 @@ class App:
         return store
 
     def close(self) -> None:
+        with self._feeder_lock:
+            feeder, self._feeder = self._feeder, None
+        if feeder is not None:
+            feeder.close()
         if self._store is not None:
             self._store.close()
             self._store = None
+
+    def feed_queue(self, feeder: QueueFeeder | None) -> QueueFeeder | None:
+        """Hand the runs due at submission to ``feeder`` (a node's queue, while the node runs),
+        or, with None, to a queue of this App's own again; returns the feeder it replaces."""
+        with self._feeder_lock:
+            replaced, self._feeder = self._feeder, feeder
+            self._own_feeder_tried = feeder is not None
+        return replaced
+
+    def _queue_feeder(self) -> QueueFeeder | None:
+        """Where the runs due at submission go: the node's queue while a node runs this App,
+        else a queue of this App's own, opened at the first submission, if ``queue_url`` names
+        one that other processes share. None (``memory://`` outside a node): the dispatch of a
+        scheduler queues them, as every other run."""
+        with self._feeder_lock:
+            if self._feeder is None and not self._own_feeder_tried:
+                self._own_feeder_tried = True
+                url = self.settings.queue_url
+                if not url.startswith("memory://"):
+                    self._feeder = QueueFeeder.on_own_thread(
+                        lambda: open_node_queue(
+                            url,
+                            self.settings.database_url,
+                            self.clock,
+                            failover=self.settings.queue_failover,
+                        )
+                    )
+            return self._feeder
+
+    def _create(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+        """Store the jobs; hand the runs created queued (due within the dispatch window) to the
+        delay queue, a dispatch fewer for each (``onbeat.queue.feeder``)."""
+        feeder = self._queue_feeder()
+        window = None if feeder is None else self.settings.window
+        created = self.store.job_create_many(news, queue_within=window)
+        if feeder is not None:
+            feeder.enqueue([c.queued for c in created if c.queued is not None])
+        return created
 
     def on_submit(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after work is submitted through this App (the embedded node's
@@ -293,12 +338,11 @@ class App:
         refuses one (an idempotency key reused for another submission), none. One job submitted
         while other threads submit theirs may share their transaction, with what it would have
         had alone (``onbeat.group_commit``)."""
-        created = (
-            [self._creates.submit(jobs[0])] if len(jobs) == 1 else self.store.job_create_many(jobs)
-        )
-        dues = [c.job.next_fire_at for c in created if c.job.next_fire_at is not None]
-        if created:
-            self._submitted(min(dues) if len(dues) == len(created) else None)
+        created = [self._creates.submit(jobs[0])] if len(jobs) == 1 else self._create(jobs)
+        to_dispatch = [c for c in created if c.queued is None]  # the others are in the queue
+        dues = [c.job.next_fire_at for c in to_dispatch if c.job.next_fire_at is not None]
+        if to_dispatch:
+            self._submitted(min(dues) if len(dues) == len(to_dispatch) else None)
         return created
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:

@@ -22,6 +22,7 @@ from onbeat.errors import OnbeatError, QueueUnavailableError
 from onbeat.metrics import Metrics
 from onbeat.queue import DelayQueue, open_node_queue
 from onbeat.queue.failover import FailoverDelayQueue
+from onbeat.queue.feeder import QueueFeeder
 from onbeat.scheduler import Scheduler
 from onbeat.settings import redact_url
 from onbeat.store import one_line
@@ -159,6 +160,12 @@ class Node:
                 settings.metrics_port, settings.host, self.metrics.registry
             )
             log.info("metrics at http://%s:%d/metrics", settings.host, settings.metrics_port)
+        feeder = None
+        if self._queue is not None:  # submissions in this process feed this node's queue
+            feeder = QueueFeeder.on_loop(self._queue)
+            replaced = self.app.feed_queue(feeder)
+            if replaced is not None:
+                await asyncio.to_thread(replaced.close)
         tasks = [asyncio.create_task(service) for service in services]
         try:
             await asyncio.gather(*tasks)
@@ -168,6 +175,9 @@ class Node:
             if metrics_server is not None:
                 metrics_server.shutdown()
                 metrics_server.server_close()
+            if feeder is not None:
+                self.app.feed_queue(None)
+                await feeder.drain()
             if self._queue is not None:
                 await self._queue.close()
 

@@ -92,12 +92,23 @@ def planned(
     return PlannedExecution(execution_id, scheduled_for, due_at, status, trigger, reason, catchup)
 
 
-def first_execution(schedule: Schedule, jitter: float, now: datetime) -> PlannedExecution | None:
-    """The execution created together with a job (None for a cron that never fires again)."""
+def first_execution(
+    schedule: Schedule, jitter: float, now: datetime, queue_within: float | None = None
+) -> PlannedExecution | None:
+    """The execution created together with a job (None for a cron that never fires again).
+
+    With ``queue_within`` (seconds), a one-shot run due from ``now`` to that far ahead is created
+    ``queued``, for its submitter to hand to the delay queue: its dispatch would have nothing to
+    decide (it is on time, and no fire time follows it), only a write to make and a queue to feed.
+    A cron run (whose dispatch plans the next fire) and a run already late (the misfire policy's
+    to judge) are left ``scheduled`` for the dispatch."""
     fire = schedule.first_fire(now)
     if fire is None:
         return None
-    return planned(fire, jitter if schedule.kind is ScheduleKind.CRON else 0.0)
+    if schedule.kind is ScheduleKind.CRON:
+        return planned(fire, jitter)
+    on_time = queue_within is not None and now <= fire <= now + timedelta(seconds=queue_within)
+    return planned(fire, 0.0, ExecutionStatus.QUEUED if on_time else ExecutionStatus.SCHEDULED)
 
 
 @dataclass(frozen=True, slots=True)

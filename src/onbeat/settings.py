@@ -23,8 +23,8 @@ DEFAULT_SHARDS = 1024
 ENV_PREFIX = "ONBEAT_"
 PROCESS_COMMANDS = ("up", "scheduler", "worker", "api")
 """The commands that run a long-lived process (``migrate`` applies the schema and exits)."""
-QUEUE_COMMANDS = ("up", "scheduler", "worker")
-"""The processes that use the delay queue (the API only writes to the store)."""
+QUEUE_COMMANDS = ("up", "scheduler", "worker", "api")
+"""The processes that use the delay queue (the API hands it the runs due at submission)."""
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 

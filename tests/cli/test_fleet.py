@@ -46,7 +46,7 @@ def test_help__each_command_lists_the_flags_of_its_settings() -> None:
     worker, api = helps[2].stdout, helps[3].stdout
     assert "--app" in worker and "--concurrency INTEGER" in worker
     assert "--pool [threads|processes]" in worker
-    assert "--port INTEGER" in api and "--queue-url" not in api
+    assert "--port INTEGER" in api and "--queue-url" in api and "--concurrency" not in api
     assert "[env: ONBEAT_CONCURRENCY; default: 64]" in " ".join(worker.split())
 
 

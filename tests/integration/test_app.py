@@ -173,12 +173,12 @@ def test_app__submissions_at_once_share_a_transaction_and_each_gets_its_own_answ
     batches: list[int] = []
     writing, release = threading.Event(), threading.Event()
 
-    def held_first(news: Any) -> Any:
+    def held_first(news: Any, queue_within: float | None = None) -> Any:
         batches.append(len(news))
         if len(batches) == 1:
             writing.set()
             assert release.wait(10)
-        return original(news)
+        return original(news, queue_within)
 
     store.job_create_many = held_first  # type: ignore[method-assign]
     submissions: list[dict[str, Any]] = [

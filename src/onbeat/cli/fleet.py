@@ -39,7 +39,7 @@ def start(app: App, what: str, *, scheduler: bool, worker: bool, api: bool) -> N
     app.store  # noqa: B018  (opened now: a store that cannot be opened is one line, not a traceback)
     if api:
         refuse_open_api(app)
-    queue = f", queue {redact_url(settings.queue_url)}" if scheduler or worker else ""
+    queue = f", queue {redact_url(settings.queue_url)}" if scheduler or worker or api else ""
     banner = f"onbeat {what}: store {redact_url(settings.database_url)}{queue}"
     listen = (settings.host, settings.port) if api else None
     with asyncio.Runner(loop_factory=event_loop_factory(settings)) as runner:

@@ -156,10 +156,18 @@ class Store(Protocol):
         of concurrent creates under one key exactly one inserts; the others replay its job."""
         ...
 
-    def job_create_many(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+    def job_create_many(
+        self, news: Sequence[NewJob], queue_within: float | None = None
+    ) -> list[CreatedJob]:
         """``job_create`` for many jobs in one transaction (one statement per kind of row, not per
         job), answering in the order given. A key used twice in the batch returns the job of its
         first use (``replayed``), as two separate submissions would.
+
+        ``queue_within`` (seconds): a new one-shot job's first run due from now to that far ahead
+        is created ``queued`` (``plan.first_execution``) and returned as ``CreatedJob.queued``:
+        the caller hands it to the delay queue, in place of a dispatch. Should the caller never
+        do so (a crash, the queue down), the sweep finds it queued and missing from the queue.
+
         Concurrency: as ``job_create``, per key."""
         ...
 

@@ -42,10 +42,12 @@ class NewJob:
 @dataclass(frozen=True, slots=True)
 class CreatedJob:
     """What ``Store.job_create`` did: the job, and whether it is an earlier one returned again for
-    the same idempotency key (``replayed``) rather than created by this call."""
+    the same idempotency key (``replayed``) rather than created by this call. ``queued``: its
+    first run, created ``queued`` (``queue_within``) for the caller to hand to the delay queue."""
 
     job: Job
     replayed: bool
+    queued: QueueItem | None = None
 
 
 @dataclass(frozen=True, slots=True)

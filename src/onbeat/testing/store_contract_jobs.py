@@ -26,6 +26,7 @@ from onbeat.model import (
     RetryPolicy,
     Trigger,
 )
+from onbeat.queue.base import QueueItem
 from onbeat.store.base import Store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import (
@@ -39,6 +40,7 @@ from onbeat.testing.store_contract import (
     _get,
     _ids,
     _job,
+    _leases,
     _new,
     _once,
     _only_run,
@@ -79,6 +81,45 @@ class JobsContract:
             assert run.scheduled_for == made.job.next_fire_at or made.job.next_fire_at is None
             assert [e.kind for e in store.job_events(made.job.id)] == [JobEventKind.CREATED]
         assert store.job_create_many([]) == []
+
+    def test_job_create_many__queue_within_creates_one_shots_on_time_queued(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """Runs nothing needs to plan are created queued, for the caller to enqueue: no dispatch
+        returns them, a claim starts them, and the sweep finds one the caller never enqueued."""
+        news = [
+            _new(priority=7),
+            _once(_at(clock, 10)),  # the window's edge: in
+            _once(_at(clock, 11)),  # past the window: the dispatch's
+            _once(_at(clock, -1)),  # late: the misfire policy's (the dispatch's)
+            _cron(EVERY_SECOND),  # its dispatch plans the next fire
+        ]
+        created = store.job_create_many(news, queue_within=10.0)
+        statuses = [_only_run(store, c.job.id).status for c in created]
+        assert statuses == [ExecutionStatus.QUEUED] * 2 + [ExecutionStatus.SCHEDULED] * 3
+        now_run, soon_run = (_only_run(store, c.job.id) for c in created[:2])
+        assert [c.queued for c in created] == [
+            QueueItem(now_run.id, now_run.due_at, 7, created[0].job.shard),
+            QueueItem(soon_run.id, soon_run.due_at, 0, created[1].job.shard),
+            None,
+            None,
+            None,
+        ]
+        assert not {now_run.id, soon_run.id} & _ids(_dispatch(store))
+        leases = _leases(store)
+        clock.advance(60)
+        swept = store.execution_sweep(leases, sorted(leases.epochs), 30.0, 100).items
+        assert {now_run.id, soon_run.id} <= _ids(swept)  # never enqueued: the sweep has them
+        assert _claim(store, now_run.id).execution.status is ExecutionStatus.RUNNING
+
+    def test_job_create_many__queue_within_leaves_a_replayed_job_unqueued(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """A submission replayed by its idempotency key created no run: nothing to enqueue."""
+        first = store.job_create_many([_new(idempotency_key="k")], queue_within=10.0)[0]
+        again = store.job_create_many([_new(idempotency_key="k")], queue_within=10.0)[0]
+        assert first.queued is not None and again.replayed
+        assert again.queued is None
 
     def test_job_create_many__a_key_used_twice_in_a_batch_makes_one_job(
         self, store: Store, clock: FakeClock

@@ -34,6 +34,7 @@ from onbeat.plan import (
     planned,
     shard_of,
 )
+from onbeat.queue.base import QueueItem
 from onbeat.schedule import ScheduleKind
 from onbeat.store.base import (
     CreatedJob,
@@ -76,13 +77,15 @@ class JobTransactions(LimitTransactions):
         return self.job_create_many([new])[0]
 
     @retried
-    def job_create_many(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+    def job_create_many(
+        self, news: Sequence[NewJob], queue_within: float | None = None
+    ) -> list[CreatedJob]:
         try:
-            return self._create_jobs(news)
+            return self._create_jobs(news, queue_within)
         except _KeyTaken:  # rolled back; this time the lookup finds the other submission's job
-            return self._create_jobs(news)
+            return self._create_jobs(news, queue_within)
 
-    def _create_jobs(self, news: Sequence[NewJob]) -> list[CreatedJob]:
+    def _create_jobs(self, news: Sequence[NewJob], queue_within: float | None) -> list[CreatedJob]:
         """Insert the jobs with their creation events, their first runs and idempotency keys,
         in one transaction. The batch's keys are looked up first, all at once: a
         key already stored replays its job, and a key repeated within the batch replays the job
@@ -91,12 +94,13 @@ class JobTransactions(LimitTransactions):
         # Rows and first fire times are made before the transaction opens: under load, Python
         # work between statements is time the session sits idle in a transaction, which the
         # server ends after IDLE_IN_TRANSACTION_TIMEOUT (a batch of 1,000 cron jobs).
-        made = [self._job_row(new, now) for new in news]
+        made = [self._job_row(new, now, queue_within) for new in news]
         rows: list[dict[str, Any]] = []
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
         keys: list[dict[str, str]] = []
         # A job replayed from the store, or (the id of a job this batch creates, replayed).
         answers: list[Job | tuple[str, bool]] = []
+        queued: dict[str, QueueItem] = {}
         with self._tx(settle=True) as c:
             stored = self._stored_keys(c, news, now)
             new_keys: dict[tuple[str, str], tuple[str, str]] = {}
@@ -119,6 +123,9 @@ class JobTransactions(LimitTransactions):
                 rows.append(row)
                 if first:
                     firsts.append((row["id"], row["shard"], new.priority, first))
+                    if first.status is ExecutionStatus.QUEUED:
+                        item = QueueItem(first.id, first.due_at, new.priority, row["shard"])
+                        queued[row["id"]] = item
                 answers.append((row["id"], False))
             jobs_rows = self._insert_jobs(c, rows, to_us(now)) if rows else []
             if keys:
@@ -133,7 +140,7 @@ class JobTransactions(LimitTransactions):
         return [
             CreatedJob(a, replayed=True)
             if isinstance(a, Job)
-            else CreatedJob(jobs[a[0]], replayed=a[1])
+            else CreatedJob(jobs[a[0]], replayed=a[1], queued=None if a[1] else queued.get(a[0]))
             for a in answers
         ]
 
@@ -157,11 +164,11 @@ class JobTransactions(LimitTransactions):
         return found
 
     def _job_row(
-        self, new: NewJob, now: datetime
+        self, new: NewJob, now: datetime, queue_within: float | None
     ) -> tuple[dict[str, Any], PlannedExecution | None]:
         """A new job's row, and its first run (None if its schedule never fires)."""
         job_id = new_id()
-        first = first_execution(new.schedule, new.jitter, now)
+        first = first_execution(new.schedule, new.jitter, now, queue_within)
         row = {
             "id": job_id,
             "tenant": new.tenant,
