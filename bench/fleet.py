@@ -39,6 +39,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import psycopg
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +70,12 @@ TASK = "bench.noop"
 SERVER = os.environ.get("ONBEAT_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 REDIS_PORTS = range(18750, 18800)
 SUBMIT_BATCH = 1_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def free_redis_port() -> int:
@@ -107,6 +115,8 @@ class Fleet:
     args: argparse.Namespace
     schema: str = field(default_factory=lambda: f"onbeat_bench_{uuid.uuid4().hex[:10]}")
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """Each worker's ``--metrics-port``."""
     redis: subprocess.Popen[bytes] | None = None
     redis_port: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -186,7 +196,8 @@ class Fleet:
     def start(self, role: str, name: str, flags: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         extra: list[str] = list(flags)
         if role == "worker":
-            extra += ["--app", APP]
+            self.metrics_ports[name] = free_port()
+            extra += ["--app", APP, "--metrics-port", str(self.metrics_ports[name])]
             if self.args.concurrency:
                 extra += ["--concurrency", str(self.args.concurrency)]
             if self.args.claim_batch:
@@ -262,6 +273,19 @@ class Fleet:
                 for name, upd, hot, dead, vac in tables
             },
         }
+
+    def runs_per_claim(self) -> float | None:
+        """Ids the workers' store claims took per claim (their ``onbeat_claim_size``), read
+        from each worker's ``/metrics`` while it runs; None from a version without it."""
+        taken = claims = 0.0
+        for port in self.metrics_ports.values():
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            for name, value in re.findall(r"^onbeat_claim_size_(sum|count) (\S+)$", text, re.M):
+                if name == "sum":
+                    taken += float(value)
+                else:
+                    claims += float(value)
+        return round(taken / claims, 1) if claims else None
 
     def log_tail(self, lines: int = 10) -> str:
         return "\n".join(
@@ -449,6 +473,7 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
         if args.profile:
             threading.Thread(target=profile, args=(fleet, args, profilers), daemon=True).start()
         figures = PHASES[phase](fleet, monitor, Starts(workdir))
+        figures["runs_per_claim"] = fleet.runs_per_claim()
         for p in profilers:
             p.send_signal(signal.SIGINT)
         with psycopg.connect(SERVER, autocommit=True) as conn:
@@ -537,6 +562,7 @@ TABLE_ROWS: dict[str, list[tuple[str, str, str]]] = {
 COMMON_ROWS = [
     ("runs / started / lost / duplicated", "runs|started|lost|duplicated", ""),
     ("fleet CPU per run (onbeat + PG + redis)", "cpu_us_per_run", "us"),
+    ("runs started per store claim", "runs_per_claim", ""),
 ]
 
 

@@ -18,6 +18,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+CLAIM_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
@@ -44,6 +45,13 @@ class Metrics:
             "onbeat_executions",
             "Executions finished, by final status (succeeded, or failed: dead-lettered).",
             ["task", "status"],
+            registry=r,
+        )
+        self.claim_size = Histogram(
+            "onbeat_claim_size",
+            "Runs a worker's store claim took from the delay queue: each claim costs a round trip "
+            "to the queue and a transaction, however few it takes.",
+            buckets=CLAIM_SIZE_BUCKETS,
             registry=r,
         )
         self.runs_in_flight = Gauge(

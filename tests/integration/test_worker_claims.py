@@ -1,0 +1,81 @@
+"""How a worker sizes its claims: what the store and the queue pay per claim, a full worker
+spreads over several runs instead of paying it for each slot that frees."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from onbeat import TaskContext
+from onbeat.store.base import ClaimResult
+from onbeat.worker import worker as worker_module
+from tests.integration.conftest import Node
+from tests.integration.test_metrics import value
+
+SAFETY_TIMEOUT = 10.0
+
+
+@pytest.mark.parametrize(
+    ("gather", "second_claim"),
+    [(SAFETY_TIMEOUT, 2), (0.0, 1)],
+    ids=["gathers-half-a-batch", "not-past-CLAIM_GATHER"],
+)
+async def test_worker__a_full_worker_claims_for_half_a_batch_of_slots_not_each_one(
+    node: Node, monkeypatch: pytest.MonkeyPatch, gather: float, second_claim: int
+) -> None:
+    """Concurrency 4 (half a batch: 2 slots), 12 runs due now: the first claim takes 4; when
+    one run ends and a second a moment later, the next claim takes both, unless
+    ``CLAIM_GATHER`` ran out first (0 here), when it takes the one slot free."""
+    monkeypatch.setattr(worker_module, "CLAIM_GATHER", gather)
+    node.app.settings.concurrency = 4
+    node.app.settings.claim_batch = 4
+    gates = [asyncio.Event() for _ in range(12)]
+    started: list[int] = []
+    progress = asyncio.Event()
+
+    @node.app.task(name="gated")
+    async def gated(ctx: TaskContext, i: int) -> None:
+        started.append(i)
+        progress.set()
+        await gates[i].wait()
+
+    claims: list[int] = []
+    claim = node.app.store.execution_claim
+
+    def recorded(ids: Sequence[str], *args: Any, **kwargs: Any) -> ClaimResult:
+        claims.append(len(ids))
+        return claim(ids, *args, **kwargs)
+
+    monkeypatch.setattr(node.app.store, "execution_claim", recorded)
+    node.app.submit_many([node.app.prepare("gated", {"i": i}) for i in range(12)])
+    await node.dispatch()
+
+    async def until_started(n: int) -> None:
+        while len(started) < n:
+            progress.clear()
+            await asyncio.wait_for(progress.wait(), SAFETY_TIMEOUT)
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(node.worker.run(stop))
+    try:
+        await until_started(4)
+        assert claims == [4]
+        first, second = started[0], started[1]
+        gates[first].set()
+        for _ in range(5):  # the first run ends and the claim loop sees its slot free
+            await asyncio.sleep(0)
+        gates[second].set()
+        await until_started(4 + second_claim)
+        assert claims[:2] == [4, second_claim]
+    finally:
+        for gate in gates:
+            gate.set()
+        await until_started(12)
+        stop.set()
+        await asyncio.wait_for(running, SAFETY_TIMEOUT)
+    assert sorted(started) == list(range(12))
+    assert value(node.worker.metrics, "onbeat_claim_size_count") == len(claims)
+    assert value(node.worker.metrics, "onbeat_claim_size_sum") == sum(claims) == 12
