@@ -275,12 +275,14 @@ class Fleet:
         }
 
     def runs_per_claim(self) -> float | None:
-        """Ids the workers' store claims took per claim (their ``onbeat_claim_size``), read
+        """Ids the workers' store claims took per claim (their ``onbeat_claim_size_runs``), read
         from each worker's ``/metrics`` while it runs; None from a version without it."""
         taken = claims = 0.0
         for port in self.metrics_ports.values():
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-            for name, value in re.findall(r"^onbeat_claim_size_(sum|count) (\S+)$", text, re.M):
+            for name, value in re.findall(
+                r"^onbeat_claim_size_runs_(sum|count) (\S+)$", text, re.M
+            ):
                 if name == "sum":
                     taken += float(value)
                 else:

@@ -48,7 +48,7 @@ class Metrics:
             registry=r,
         )
         self.claim_size = Histogram(
-            "onbeat_claim_size",
+            "onbeat_claim_size_runs",
             "Runs a worker's store claim took from the delay queue: each claim costs a round trip "
             "to the queue and a transaction, however few it takes.",
             buckets=CLAIM_SIZE_BUCKETS,

@@ -77,5 +77,5 @@ async def test_worker__a_full_worker_claims_for_half_a_batch_of_slots_not_each_o
         stop.set()
         await asyncio.wait_for(running, SAFETY_TIMEOUT)
     assert sorted(started) == list(range(12))
-    assert value(node.worker.metrics, "onbeat_claim_size_count") == len(claims)
-    assert value(node.worker.metrics, "onbeat_claim_size_sum") == sum(claims) == 12
+    assert value(node.worker.metrics, "onbeat_claim_size_runs_count") == len(claims)
+    assert value(node.worker.metrics, "onbeat_claim_size_runs_sum") == sum(claims) == 12

@@ -9,12 +9,12 @@ UNBOUNDED_LABELS = {"job_id", "execution_id", "id", "key", "key_id", "path", "te
 
 def test_every_metric__is_named_by_convention_with_base_units() -> None:
     families = list(Metrics().registry.collect())
-    assert len(families) == 20
+    assert len(families) == 21
     for family in families:
         assert family.name.startswith("onbeat_"), family.name
         assert family.documentation, family.name
         if family.type == "histogram":
-            assert family.name.endswith("_seconds"), family.name
+            assert family.name.endswith(("_seconds", "_runs")), family.name
         if family.type == "counter":
             assert not family.name.endswith(("_seconds", "_total")), family.name
         assert not family.name.endswith(("_milliseconds", "_ms", "_minutes")), family.name
