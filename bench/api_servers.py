@@ -50,7 +50,11 @@ class NodeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.urls = [self.url]
         self._cpu_at_mark = 0.0
-        env = {**os.environ, "PYTHONPATH": str(REPO), "ONBEAT_LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",  # this checkout's onbeat
+            "ONBEAT_LOG_LEVEL": "WARNING",
+        }
         command = [sys.executable, "-m", "onbeat", "up", "--app", "bench.api:app"]
         with log.open("wb") as log_file:
             self.process = subprocess.Popen(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from onbeat.model import ExecutionStatus, RetryPolicy
-from onbeat.plan import plan_finish, plan_reap
+from onbeat.plan import new_id, plan_finish, plan_reap
 
 
 def test_plan_finish__each_way_an_attempt_ends() -> None:
@@ -43,3 +45,28 @@ def test_skip_cause__names_the_policy_that_skipped() -> None:
     assert skip_cause("overlap=skip: execution x of this job was still running") == "overlap"
     assert skip_cause(PAUSED_AT_FIRE_TIME) == "paused"
     assert skip_cause("skipped") == "other"
+
+
+def test_new_id__sorts_by_creation_and_never_repeats_in_one_process() -> None:
+    ids = [new_id() for _ in range(5_000)]  # more than one pool of random bytes
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert len({i[12:] for i in ids}) == len(ids)
+
+
+def test_new_id__a_forked_child_and_its_parent_make_different_ids() -> None:
+    """The child starts with the parent's last id and random bytes in memory: counting up from
+    the one, or reading the other, it would make the very ids the parent makes next."""
+    new_id()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        os.write(write_end, ",".join(new_id() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write_end)
+    parents = {new_id() for _ in range(100)}
+    os.waitpid(child, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        childs = set(pipe.read().decode().split(","))
+    assert len(childs) == 100
+    assert not {i[12:] for i in parents} & {i[12:] for i in childs}
