@@ -14,6 +14,7 @@ import pytest
 from onbeat import AttemptOutcome, ExecutionStatus
 from onbeat.queue.base import QueueItem
 from onbeat.store.base import ClaimResult, Completion, Store
+from onbeat.worker import worker as worker_module
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
 from tests.integration.conftest import Node
 
@@ -300,3 +301,29 @@ async def test_heartbeat__thread_renews_held_leases_on_the_clock_and_reports_los
     finally:
         await asyncio.to_thread(heartbeat.stop)
     assert not heartbeat.alive
+
+
+async def test_worker__writes_outcomes_a_bounded_batch_at_a_time_and_keeps_the_rest_on_a_failure(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More outcomes than OUTCOMES_PER_WRITE go to the store in several calls; a call that fails
+    keeps its outcomes and those after it, and the next flush writes them all."""
+    monkeypatch.setattr(worker_module, "OUTCOMES_PER_WRITE", 2)
+
+    class FailsOnce(_StoreProxy):
+        sizes: list[int] = []
+
+        def execution_finish_many(self, completions: Sequence[Completion]) -> list[str]:
+            self.sizes.append(len(completions))
+            if len(self.sizes) == 2:
+                raise RuntimeError("the store is down for one write")
+            return self._store.execution_finish_many(completions)
+
+    store = FailsOnce(node.app.store)
+    jobs = [node.app.schedule("record") for _ in range(5)]
+    await node.dispatch()
+    worker = node.new_worker(store)
+    await worker.run_until_idle()
+    assert store.sizes == [2, 2, 2, 1]
+    assert [node.execution(job.id).status for job in jobs] == [ExecutionStatus.SUCCEEDED] * 5
+    assert worker.stats.succeeded == 5

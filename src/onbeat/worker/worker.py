@@ -60,6 +60,11 @@ CLAIM_GATHER = 0.005
 are free, for half a claim batch of slots to free (``_gather_free_slots``)."""
 RESTART_BACKOFF = 1.0
 """Seconds a worker loop that failed again within this long waits before its next restart."""
+OUTCOMES_PER_WRITE = 1_000
+"""Most outcomes one store call writes. Outcomes gather without bound while a write is slow or
+failing (thousands of runs ending together, a store outage), and one statement of all of them
+has a cost no plan bounds: the store joins the batch with its runs, and PostgreSQL can plan that
+join as a nested loop over both (docs/architecture.md, the confirm)."""
 
 
 @dataclass
@@ -473,20 +478,26 @@ class Worker:
         self._finished_ready.set()
 
     async def flush(self) -> bool:
-        """Write the outcomes gathered so far, in one store call. False if the write failed: the
-        outcomes are kept for the next flush, and their runs stay held (heartbeated)."""
+        """Write the outcomes gathered so far, ``OUTCOMES_PER_WRITE`` to a store call. False if a
+        write failed: its outcomes and those after them are kept for the next flush, and their
+        runs stay held (heartbeated)."""
         batch, self._finished = self._finished, []
         self._finished_ready.clear()
-        if not batch:
-            return True
-        try:
-            accepted = set(await asyncio.to_thread(self.store.execution_finish_many, batch))
-        except Exception:
-            self._flushes.failed(f"{len(batch)} outcomes kept for the next try")
-            self._finished = batch + self._finished
-            self._finished_ready.set()
-            return False
-        self._flushes.succeeded()
+        for first in range(0, len(batch), OUTCOMES_PER_WRITE):
+            written = batch[first : first + OUTCOMES_PER_WRITE]
+            try:
+                accepted = set(await asyncio.to_thread(self.store.execution_finish_many, written))
+            except Exception:
+                self._finished = batch[first:] + self._finished
+                self._finished_ready.set()
+                self._flushes.failed(f"{len(batch) - first} outcomes kept for the next try")
+                return False
+            self._flushes.succeeded()
+            self._written(written, accepted)
+        return True
+
+    def _written(self, batch: list[Completion], accepted: set[str]) -> None:
+        """The outcomes of ``batch`` are stored (``accepted``) or refused: release their runs."""
         runs: dict[str, ClaimedRun] = {}
         with self._held_lock:  # written (or refused): no longer held, so no longer heartbeated
             for done in batch:
@@ -502,7 +513,6 @@ class Worker:
             if self.on_runs_woken is not None:
                 self.on_runs_woken()
         report_outcomes(batch, runs, accepted, self.stats, self.metrics, self._per_task)
-        return True
 
     # --- leases -----------------------------------------------------------------------------
     def _held_leases(self) -> HeldLeases:
