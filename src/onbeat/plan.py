@@ -38,7 +38,7 @@ _last_id = (0, 0)
 _RANDOM_POOL_BYTES = 4096
 """os.urandom is read this many bytes at a time (409 ids): it releases the GIL, and a thread
 creating 1,000 jobs that gave it up twice per job waited for it behind the event loop each time
-(27 % of a bulk-creating `onbeat api`'s samples, bench/README.md)."""
+(27 % of a bulk-creating `onbeat api`'s samples, docs/performance.md)."""
 _random_pool = b""
 _random_used = 0
 
