@@ -158,3 +158,28 @@ async def test_rest_create__lost_commit_the_server_cannot_settle__504_outcome_un
     gated.gate.open()
     again = await client.post("/jobs", json={"task": "echo"})
     assert again.status_code == 201, again.text
+
+
+def test_claim__commit_answer_lost_across_a_server_restart__is_taken_as_not_committed(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a crash the server gives out again the transaction ids whose WAL it lost, so across
+    a restart pg_xact_status may say "committed" of another transaction (S6: a worker started a
+    run whose lost confirm it took for committed, and the run ran again elsewhere). The settle
+    answers "not committed" then; here the claim did commit, and the server seems to have
+    restarted since the COMMIT was sent (its start time read before it is an hour earlier)."""
+    store = gated.app.store
+    before_restart = store._q["transaction_id_if_assigned"].replace(
+        "pg_postmaster_start_time()", "pg_postmaster_start_time() - interval '1 hour'"
+    )
+    monkeypatch.setattr(store, "_q", {**store._q, "transaction_id_if_assigned": before_restart})
+    job = store.job_create(_new()).job
+    run = _only_run(store, job.id)
+    assert run.id in _ids(_dispatch(store))
+    cut = gated.gate.cut_at_commit(delivered=True, after=b"UPDATE runs")
+    with pytest.raises(StoreUnavailableError):
+        store.execution_claim([run.id], WORKER, RUN_TTL, GRACE)
+    assert cut.wait(CUT_WITHIN)
+    stored = gated.direct.store.execution_get(run.id)
+    assert stored is not None  # committed all the same: it waits out its lease, then runs again
+    assert (stored.status, stored.lease_owner) == (ExecutionStatus.RUNNING, WORKER)

@@ -148,12 +148,13 @@ class PostgresStore(SQLStore):
         read before COMMIT and, on such a loss, the server asked once it answers again whether
         it committed (``_committed``): if it did, the block's results stand and the loss is no
         error. Otherwise, or without ``settle``, StoreOutcomeUnknownError."""
-        committing, xid = False, None
+        committing, xid, server_started = False, None, None
         try:
             with self._pool.connection() as conn, conn.transaction():
                 yield StoreConnection(conn)
                 if settle:
-                    (xid,) = conn.execute(self._q["transaction_id_if_assigned"]).fetchall()[0]
+                    settling = conn.execute(self._q["transaction_id_if_assigned"]).fetchall()
+                    xid, server_started = settling[0]
                 committing = True
         except _REFUSED as exc:
             if self._write_refused is None:
@@ -170,14 +171,22 @@ class PostgresStore(SQLStore):
                 raise StoreOutcomeUnknownError(f"PostgreSQL: {_why(exc)}") from exc
             if xid is None:
                 return  # it wrote nothing: its reads stand, committed or not
-            if not self._committed(xid, exc):
+            if not self._committed(xid, server_started, exc):
                 raise unreachable from exc
 
-    def _committed(self, xid: int, lost: Exception) -> bool:
+    def _committed(self, xid: int, server_started: datetime | None, lost: Exception) -> bool:
         """Whether transaction ``xid``, whose COMMIT lost its answer, committed:
         ``pg_xact_status``, asked until the server says, for at most ``SETTLE_TIMEOUT`` seconds
         (StoreOutcomeUnknownError then). An id the server calls "in the future" is one a crash
-        took back with everything it wrote."""
+        took back with everything it wrote.
+
+        If the server restarted since ``server_started`` (when it had started, read before the
+        COMMIT), the answer is "not committed", whatever the status says: a crash loses the ids
+        whose WAL was not flushed, and the server gives them out again, so "committed" may be
+        another transaction's (fault suite S6: a worker took a lost confirm for committed and
+        started a run the store still had as unconfirmed, which then ran again elsewhere). A
+        transaction that did commit then reads as failed: the runs it took wait out their
+        lease and run again, at least once, never twice at a time."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while (left := deadline - time.monotonic()) > 0:
             try:
@@ -187,6 +196,12 @@ class PostgresStore(SQLStore):
                 return False
             except _UNREACHABLE:
                 row = None
+            if row is not None and row[1] != server_started:
+                log.warning(
+                    "a transaction whose COMMIT lost its answer is taken as not committed: the"
+                    " server restarted since, and may have given its id to another transaction"
+                )
+                return False
             if row is not None and row[0] in ("committed", "aborted"):
                 log.info("a transaction whose COMMIT lost its answer was %s", row[0])
                 return bool(row[0] == "committed")
@@ -290,6 +305,11 @@ class PostgresStore(SQLStore):
                 self._q["execution_finish_final"],
                 {"finishes": batch_json(list(finishes)), "now": finishes[0]["now"]},
             )
+
+    def _set_next_fires(self, c: Connection, heads: Mapping[str, int | None], now: int) -> None:
+        """One statement over the batch (``jobs_set_next_fire_many``)."""
+        if heads:
+            c.execute(self._q["jobs_set_next_fire_many"], {"heads": batch_json(heads), "now": now})
 
     def _move_final(self, c: Connection, ids: str) -> None:
         """One data-modifying CTE: DELETE ... RETURNING into the history's INSERT."""

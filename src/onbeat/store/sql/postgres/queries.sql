@@ -988,10 +988,12 @@ SET LOCAL lock_timeout = '2s';
 
 -- name: transaction_id_if_assigned
 -- Read just before COMMIT by a transaction that must learn its outcome if COMMIT loses its
--- answer (PostgresStore._tx's settle); NULL if it wrote nothing.
-SELECT CAST(CAST(pg_current_xact_id_if_assigned() AS text) AS bigint);
+-- answer (PostgresStore._tx's settle): its id (NULL if it wrote nothing), and when the server
+-- started, so that a restart since can be told (see transaction_status).
+SELECT CAST(CAST(pg_current_xact_id_if_assigned() AS text) AS bigint), pg_postmaster_start_time();
 
 -- name: transaction_status
 -- 'committed', 'aborted' or 'in progress'; an id past the server's next one raises (22023): a
--- crash took it back.
-SELECT pg_xact_status(CAST(CAST(:xid AS text) AS xid8));
+-- crash took it back. With when the server started: after a crash the server hands out again the
+-- ids whose WAL it lost, so across a restart 'committed' may be another transaction's.
+SELECT pg_xact_status(CAST(CAST(:xid AS text) AS xid8)), pg_postmaster_start_time();
