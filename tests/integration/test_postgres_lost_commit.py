@@ -23,6 +23,7 @@ from onbeat import App
 from onbeat.api import create_app
 from onbeat.errors import StoreOutcomeUnknownError, StoreUnavailableError
 from onbeat.model import ExecutionStatus, RetryPolicy
+from onbeat.store.postgres import PostgresStore
 from onbeat.testing.postgres import fresh_schema
 from onbeat.testing.store_contract import (
     GRACE,
@@ -169,6 +170,7 @@ def test_claim__commit_answer_lost_across_a_server_restart__is_taken_as_not_comm
     answers "not committed" then; here the claim did commit, and the server seems to have
     restarted since the COMMIT was sent (its start time read before it is an hour earlier)."""
     store = gated.app.store
+    assert isinstance(store, PostgresStore)
     before_restart = store._q["transaction_id_if_assigned"].replace(
         "pg_postmaster_start_time()", "pg_postmaster_start_time() - interval '1 hour'"
     )
