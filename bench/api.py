@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
     sys.path.insert(0, str(REPO))
 
+from bench import api_wrk  # noqa: E402
 from onbeat import App, TaskContext  # noqa: E402
 
 if TYPE_CHECKING:  # not at run time: the node imports this module for its app
@@ -251,6 +252,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default="now",
         help="now: each job runs at once (the default); cron: planned for next New Year.",
     )
+    parser.add_argument(
+        "--load",
+        choices=["httpx", "wrk"],
+        default="httpx",
+        help="post, get: the load generator. httpx (the default): --requests requests from this "
+        "Python process; wrk: `wrk` for --seconds (bench/api_wrk.py; costs the box a few per "
+        "cent of the CPU httpx does, so the figure is the server's).",
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="wrk: each phase's length.")
     parser.add_argument("--keep-db", action="store_true", help="embedded: keep the SQLite file.")
     args = parser.parse_args(argv)
     args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -258,6 +268,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
     if "get" in args.phases and "post" not in args.phases:
         parser.error("the get phase reads the jobs the post phase creates: name post too")
+    if args.load == "wrk" and not api_wrk.available():
+        parser.error("--load wrk: no `wrk` on PATH (apt-get install wrk)")
     return args
 
 
@@ -304,6 +316,10 @@ async def bench(servers: Servers, args: argparse.Namespace) -> list[dict[str, An
         ]
         for name in (p for p in PHASES if p in args.phases):
             phase, request, counts = plans[name]
+            if args.load == "wrk" and name != "bulk":
+                paths = [] if name == "post" else await job_paths(clients[0])
+                results.append(wrk_phase(servers, phase.name, body, paths, args))
+                continue
             await run_phase(
                 servers,
                 clients,
@@ -317,6 +333,57 @@ async def bench(servers: Servers, args: argparse.Namespace) -> list[dict[str, An
                 raise RuntimeError(f"no job was created: {phase.errors}")
             results.append(figures(phase, args.concurrency))
     return results
+
+
+async def job_paths(client: httpx.AsyncClient, most: int = 5000) -> list[str]:
+    """Paths of up to ``most`` stored jobs, for a wrk GET phase (wrk keeps no ids)."""
+    paths: list[str] = []
+    cursor = None
+    while len(paths) < most:
+        params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/jobs", params=params)).json()
+        paths += [f"/api/v1/jobs/{job['id']}" for job in page["items"]]
+        if not (cursor := page.get("next_cursor")):
+            break
+    if not paths:
+        raise RuntimeError("no job to get: the post phase created none")
+    return paths
+
+
+def wrk_phase(
+    servers: Servers, name: str, body: dict[str, Any], paths: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """A post (``paths`` empty) or get phase driven by wrk: a one-second warm-up, then
+    ``args.seconds`` measured."""
+    load = {
+        "method": "GET" if paths else "POST",
+        "path": "/api/v1/jobs",
+        "body": None if paths else json.dumps(body),
+        "paths": paths,
+        "connections": args.concurrency,
+    }
+    api_wrk.run_wrk(servers.urls, seconds=1, **load)
+    servers.mark()
+    run = api_wrk.run_wrk(servers.urls, seconds=args.seconds, **load)
+    server_cpu, secs = servers.cpu(), run.seconds
+    errors = {"non-2xx": run.non_2xx, "socket": run.socket_errors}
+    return {
+        "phase": name,
+        "load": "wrk",
+        "requests": run.requests,
+        "jobs_per_request": 1,
+        "errors": {k: v for k, v in errors.items() if v},
+        "concurrency": args.concurrency,
+        "seconds": round(secs, 3),
+        "requests_per_second": round(run.requests / secs, 1),
+        "jobs_per_second": round(run.requests / secs),
+        **{f"{k}_ms": round(v, 2) for k, v in run.percentiles_ms.items()},
+        "server_cpu_share": round(sum(server_cpu.values()) / secs, 2),
+        "server_cpu_share_by_process": {
+            k: round(v / secs, 3) for k, v in sorted(server_cpu.items())
+        },
+        "client_cpu_share": round(run.client_cpu / secs, 2),
+    }
 
 
 def start_servers(args: argparse.Namespace, tmp: Path) -> Servers:
@@ -364,6 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bulk_requests": args.bulk_requests,
         "batch_size": args.batch_size,
         "concurrency": args.concurrency,
+        "load": args.load,
         "warmup": args.warmup,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

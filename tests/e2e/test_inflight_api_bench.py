@@ -52,3 +52,17 @@ def test_api_bench__tiny_run_answers_every_request_of_each_phase(
     for r in results.values():
         assert processes <= set(r["server_cpu_share_by_process"])
     assert bench_schemas() <= before
+
+
+def test_api_bench__wrk_load_answers_every_request_of_each_phase() -> None:
+    """``--load wrk`` (the load generator that leaves the box to the server): both phases run
+    and every answer is the one expected."""
+    summary = run_bench(
+        "bench/api.py", "--mode", "distributed", "--schedule", "cron", "--api-processes", "2",
+        "--load", "wrk", "--seconds", "1", "--phases", "post,get", "--concurrency", "4",
+    )  # fmt: skip
+    results = {r["phase"]: r for r in summary["results"]}
+    assert list(results) == ["POST /jobs", "GET /jobs/{id}"]
+    assert all(r["requests"] > 0 and r["errors"] == {} for r in results.values())
+    for r in results.values():
+        assert {"api-0", "api-1"} <= set(r["server_cpu_share_by_process"])
