@@ -306,6 +306,12 @@ class PostgresStore(SQLStore):
                 {"finishes": batch_json(list(finishes)), "now": finishes[0]["now"]},
             )
 
+    def _set_next_fires(self, c: Connection, heads: Mapping[str, int | None], now: int) -> None:
+        """One statement over the batch (``jobs_set_next_fire_many``), not one per job: a
+        dispatch page of 5,000 cron runs sent 5,000 statements."""
+        if heads:
+            c.execute(self._q["jobs_set_next_fire_many"], {"heads": batch_json(heads), "now": now})
+
     def _move_final(self, c: Connection, ids: str) -> None:
         """One data-modifying CTE: DELETE ... RETURNING into the history's INSERT."""
         c.execute(self._q["runs_archive"], {"ids": ids})

@@ -211,6 +211,13 @@ class SQLiteStore(SQLStore):
             self._wake_waiting(c, [f["job_id"] for f in finishes], finishes[0]["now"])
         self._complete_one_shots(c, finishes)
 
+    def _set_next_fires(self, c: Connection, heads: Mapping[str, int | None], now: int) -> None:
+        """One statement per job: in-process, a statement costs no round trip."""
+        c.executemany(
+            self._q["job_set_next_fire"],
+            [{"id": job_id, "next_fire_at": fire, "now": now} for job_id, fire in heads.items()],
+        )
+
     def _move_final(self, c: Connection, ids: str) -> None:
         """Copy, then delete: SQLite has no data-modifying CTE."""
         c.execute(Q["runs_archive"], {"ids": ids})

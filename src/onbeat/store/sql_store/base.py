@@ -205,6 +205,11 @@ class SQLBase:
         ``execution_history``, in whichever statements suit the backend."""
         raise NotImplementedError
 
+    def _set_next_fires(self, c: Connection, heads: Mapping[str, int | None], now: int) -> None:
+        """Record each job's next fire time (``heads``: job id -> microseconds, or None for no
+        more fires), in whichever statements suit the backend."""
+        raise NotImplementedError
+
     # --- shared by the roles -------------------------------------------------------------
     def _job_for_update(self, c: Connection, job_id: str) -> Row:
         row: Row | None = c.execute(self._q["job_get_for_update"], {"id": job_id}).fetchone()

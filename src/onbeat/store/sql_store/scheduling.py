@@ -160,21 +160,15 @@ class SchedulingTransactions(LimitTransactions):
                 for _, shard, priority, run in new_runs
                 if run.status is ExecutionStatus.QUEUED and run.id in inserted
             )
-            head_updates = []
+            head_updates: dict[str, int | None] = {}
             for r, run in next_fires.values():
                 head: datetime | None = run.scheduled_for
                 if run.id not in inserted:  # the fire time has a run already: plan past it
                     head = self._plan_head(
                         c, r["job_id"], r["shard"], schedule_of(r), r["jitter"], r["priority"], head
                     )
-                head_updates.append(
-                    {
-                        "id": r["job_id"],
-                        "next_fire_at": to_us(head) if head else None,
-                        "now": now_us,
-                    }
-                )
-            c.executemany(self._q["job_set_next_fire"], head_updates)
+                head_updates[r["job_id"]] = to_us(head) if head else None
+            self._set_next_fires(c, head_updates, now_us)
         return out
 
     @retried

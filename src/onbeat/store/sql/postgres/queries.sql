@@ -115,6 +115,14 @@ UPDATE runs SET due_at = :now WHERE id = :id AND due_at < :now;
 -- name: job_set_next_fire
 UPDATE jobs SET next_fire_at = :next_fire_at, updated_at = :now WHERE id = :id;
 
+-- name: jobs_set_next_fire_many
+-- Each job's next fire time from :heads, a JSON object {job id: microseconds or null}: one
+-- statement for a dispatch page. Looked up by id, not joined (as "Tokens by id" at the top).
+WITH heads AS MATERIALIZED (SELECT CAST(:heads AS jsonb) AS fires)
+UPDATE jobs AS j
+SET next_fire_at = CAST((SELECT fires FROM heads) ->> j.id AS bigint), updated_at = :now
+WHERE j.id = ANY (ARRAY(SELECT jsonb_object_keys(fires) FROM heads));
+
 -- name: job_complete_one_shot
 -- "Not paused, cancelled or completed" is "active", written so that it does not match a partial
 -- index on active jobs, which the planner would read whole for the few ids of a batch.
