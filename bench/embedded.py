@@ -894,7 +894,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=150.0, help="give up on a phase after this")
     p.add_argument("--concurrency", type=int, help="Settings.concurrency (default 64)")
     p.add_argument("--claim-batch", type=int, help="Settings.claim_batch (default 256)")
-    p.add_argument("--window", type=float, help="Settings.window (default 10 s)")
+    p.add_argument("--window", type=float, help="Settings.window (default 30 s)")
     p.add_argument("--poll-interval", type=float, help="Settings.poll_interval (default 0.2 s)")
     p.add_argument("--dispatch-batch", type=int, help="Settings.dispatch_batch (default 5000)")
     p.add_argument(

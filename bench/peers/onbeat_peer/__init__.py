@@ -28,7 +28,7 @@ SPEC = PeerSpec(
         "`onbeat migrate` once, then 1 `onbeat scheduler` + 2 `onbeat worker` (the fleet bench's "
         "shape, docs/deploy.md 'Processes': one scheduler is enough for load, a worker per core) "
         "with onbeat's default settings (concurrency 64, claim batch 256, poll 0.2 s, window "
-        "10 s; the docs recommend nothing else for a 2-core box) and `--no-migrate` "
+        "30 s; the docs recommend nothing else for a 2-core box) and `--no-migrate` "
         "(`ONBEAT_MIGRATE=false`, deploy.md: migrate once per deploy); log level WARNING (INFO "
         "logs two lines per run; the peers run at WARNING too). Queue: the PostgreSQL table in "
         "the store's database (`queue_url` = the database URL): docs/deploy.md 'When Redis "
