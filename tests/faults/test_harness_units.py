@@ -10,9 +10,11 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from onbeat.testing.postgres import fresh_schema
 from tests.faults import summary
-from tests.faults.checker import Report, _loop_blocks, percentile
+from tests.faults.checker import Report, _loop_blocks, _started_elsewhere_after, percentile
 from tests.faults.nemesis import (
     PROCESS_FAULTS,
     FaultEvent,
@@ -22,7 +24,7 @@ from tests.faults.nemesis import (
     mixed_plan,
     random_plan,
 )
-from tests.faults.oracle import SubmittedJob
+from tests.faults.oracle import RunRecord, SubmittedJob
 from tests.faults.scenarios import NIGHTLY_FAULTS, NIGHTLY_SERVICE_FAULTS, SCENARIOS
 from tests.faults.schedulers import KILL, PAUSE, takeover_plan
 from tests.faults.stall_watch import STALL_SECONDS, StallWatch
@@ -182,3 +184,20 @@ def test_loop_blocks__every_ended_attempt_of_a_blocker_on_its_worker() -> None:
     }
     ends = {("blocker", 2): 25.0, ("other", 1): 15.0}
     assert _loop_blocks(starts, ends, {"blocker"}) == [(8, 20.0, 25.0)]
+
+
+def test_started_elsewhere_after__counts_from_the_fault_or_from_a_later_run_time() -> None:
+    """A run held when its worker froze counts from the freeze; one held ahead of its time,
+    from that time. Starts by the victim itself, or before the fault, are not rescues."""
+    at = datetime(2026, 12, 6, 4, 21, 7, tzinfo=UTC).timestamp()
+    event = FaultEvent("kill -STOP", "worker", 1, pid=7, wall=at, mono_ns=0)
+    event.held = ["running", "ahead"]
+    runs = {
+        eid: RunRecord(eid, "job", 0, datetime.fromtimestamp(due, UTC), "schedule", "succeeded")
+        for eid, due in (("running", at - 1.0), ("ahead", at + 3.4))
+    }
+    starts = {
+        "running": [{"pid": 7, "wall": at - 1.0}, {"pid": 8, "wall": at + 5.0}],
+        "ahead": [{"pid": 7, "wall": at + 9.0}, {"pid": 9, "wall": at + 6.2}],
+    }
+    assert _started_elsewhere_after(event, runs, starts) == pytest.approx([5.0, 2.8])
