@@ -24,8 +24,10 @@ count of requests (and stop at ``--max-seconds`` whatever the count); each worke
 
 Warm-up requests come first and are not counted (``--warmup``; ``--bulk-warmup`` for ``bulk``).
 Latency is measured in the load generator, from just before the request is sent to the end of
-its response; the load generator is one Python process on the same 2 cores, so a figure that
-grows with ``--concurrency`` while req/s stays flat is queueing (look at the servers' CPU share
+its response; the load generator is one Python process on the same 2 cores (about 0.75 of a core
+at 450 creates/s: ``--load wrk`` drives ``post`` and ``get`` with ``wrk`` instead, at 2-3 % of a
+core, ``bench/api_wrk.py``), so a figure that grows with ``--concurrency`` while req/s stays flat
+is queueing (look at the servers' CPU share
 in the table: each process's, and, distributed, its PostgreSQL backends'). Prints a table and
 one ``BENCH_JSON {...}`` line with all figures.
 
@@ -34,6 +36,7 @@ Examples::
     .venv/bin/python bench/api.py                              # 5,000 each, concurrency 32
     .venv/bin/python bench/api.py --schedule cron --concurrency 8 --requests 2000
     .venv/bin/python bench/api.py --mode distributed --schedule cron --api-processes 2
+    .venv/bin/python bench/api.py --mode distributed --schedule cron --phases post,get --load wrk
 """
 
 from __future__ import annotations
