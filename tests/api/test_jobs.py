@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from onbeat import App, ExecutionStatus, JobStatus
+from onbeat.api.middleware import MAX_HEAD_BYTES
 from onbeat.store.base import CreatedJob, NewJob
 from onbeat.testing import FakeClock
 from tests.api.conftest import assert_problem, run_due, snapshot
@@ -208,6 +209,24 @@ async def test_create_job__body_over_the_cap_is_413(
 
     assert_problem(await client.post("/jobs", content=chunked(), headers=JSON), 413, "body")
     assert snapshot(onbeat_app) == before
+
+
+async def test_create_job__head_over_the_cap_is_431(
+    client: httpx.AsyncClient, onbeat_app: App
+) -> None:
+    """A request line and headers longer than MAX_HEAD_BYTES are refused whatever parsed them,
+    and one just under it is served."""
+    onbeat_app.schedule("echo")
+    before = snapshot(onbeat_app)
+    body = {"task": "echo"}
+    note = {"X-Note": "n" * (MAX_HEAD_BYTES + 1)}
+    doc = assert_problem(await client.post("/jobs", json=body, headers=note), 431, "headers")
+    assert str(MAX_HEAD_BYTES) in doc["detail"]
+    long_query = await client.get("/jobs", params={"q": "q" * (MAX_HEAD_BYTES + 1)})
+    assert_problem(long_query, 431, "headers")
+    assert snapshot(onbeat_app) == before
+    fits = {"X-Note": "n" * (MAX_HEAD_BYTES - 1024)}
+    assert (await client.post("/jobs", json=body, headers=fits)).status_code == 201
 
 
 # --- Idempotency-Key --------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import socket
 
 import httpx
@@ -10,6 +12,7 @@ import pytest
 
 from onbeat import App
 from onbeat.api import serve_api
+from onbeat.api.middleware import MAX_HEAD_BYTES
 
 
 def _free_port() -> int:
@@ -55,3 +58,32 @@ async def test_serve_api__cancelling_closes_the_listener(onbeat_app: App) -> Non
         await server
     with socket.socket() as again:
         again.bind(("127.0.0.1", port))
+
+
+async def test_serve_api__a_head_still_arriving_is_cut_off_at_the_limit(onbeat_app: App) -> None:
+    """A header that never ends is answered 400 once the server holds MAX_HEAD_BYTES of it,
+    rather than buffered for ever. uvicorn's default parser whenever it is importable, httptools
+    (as here, and with ``uvicorn[standard]``), has no such limit: the API must keep h11's."""
+    assert importlib.util.find_spec("httptools") is not None
+    port = _free_port()
+    ready, stop = asyncio.Event(), asyncio.Event()
+    server = asyncio.create_task(serve_api(onbeat_app, "127.0.0.1", port, ready, stop))
+    await asyncio.wait_for(ready.wait(), 10)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /api/v1/healthz HTTP/1.1\r\nHost: onbeat\r\nX-Note: ")
+        sent = 0
+        with contextlib.suppress(ConnectionError):  # refused while we were still sending
+            while sent < 64 * MAX_HEAD_BYTES and not reader.at_eof():
+                writer.write(b"n" * 4096)
+                await writer.drain()
+                sent += 4096
+                await asyncio.sleep(0)  # let the server read it piece by piece
+        assert sent < 4 * MAX_HEAD_BYTES  # ended before long, not after 2 MiB
+        with contextlib.suppress(ConnectionError):  # a reset may overtake the answer
+            status = await asyncio.wait_for(reader.readline(), 10)
+            assert status == b"" or status.startswith(b"HTTP/1.1 400"), status
+    finally:
+        writer.close()
+        stop.set()
+        await asyncio.wait_for(server, 10)

@@ -17,8 +17,9 @@ from fastapi import FastAPI, Response
 from onbeat.api.auth import SCHEME_NAME, AuthMiddleware, is_public, is_write
 from onbeat.api.middleware import (
     DEFAULT_MAX_BODY_BYTES,
-    BodyLimitMiddleware,
+    MAX_HEAD_BYTES,
     NulInUrlMiddleware,
+    RequestSizeMiddleware,
     RequestTimingMiddleware,
 )
 from onbeat.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
@@ -37,7 +38,8 @@ def create_app(
 ) -> FastAPI:
     """The API for ``onbeat_app``: routes under ``/api/v1``, the OpenAPI spec at
     ``/openapi.json``, docs at ``/docs``, and the web dashboard (``onbeat.dashboard``) at ``/``.
-    Request bodies over ``max_bytes`` are refused (413) before they are parsed.
+    Request bodies over ``max_bytes`` are refused (413) before they are parsed, and request
+    lines and headers over ``MAX_HEAD_BYTES`` (431).
 
     ``GET /metrics`` serves ``metrics`` (the node's; a registry of the API's own if None) in the
     Prometheus text format, behind the same keys as the API: any valid key may read it, and
@@ -61,7 +63,7 @@ def create_app(
 
     install_problem_handlers(api)
     api.add_middleware(NulInUrlMiddleware)  # after the auth check (middleware added later is outer)
-    api.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    api.add_middleware(RequestSizeMiddleware, max_bytes=max_body_bytes)
     api.add_middleware(AuthMiddleware, onbeat=onbeat_app)  # before the body is read
     from onbeat.dashboard import DashboardFirst  # imported here: the dashboard imports onbeat.api
 
@@ -83,7 +85,8 @@ class _OnbeatAPI(FastAPI):
 
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
-            self.openapi_schema = _with_security(_errors_as_problems(super().openapi()))
+            spec = _with_head_limit(_errors_as_problems(super().openapi()))
+            self.openapi_schema = _with_security(spec)
             self._keyless_spec = _security_optional(self.openapi_schema)
         onbeat_app: App = self.state.onbeat
         if self._keyless_spec is not None and not onbeat_app.auth_enabled():
@@ -103,6 +106,21 @@ def _errors_as_problems(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 _PROBLEM_REF = {"schema": {"$ref": "#/components/schemas/Problem"}}
+_HEAD_TOO_LARGE = {
+    "description": f"The request line and headers are longer than {MAX_HEAD_BYTES} bytes.",
+    "content": {PROBLEM_MEDIA_TYPE: _PROBLEM_REF},
+}
+
+
+def _with_head_limit(spec: dict[str, Any]) -> dict[str, Any]:
+    """Declare the 431 that :class:`onbeat.api.middleware.RequestSizeMiddleware` may answer to
+    any request."""
+    for path in spec.get("paths", {}).values():
+        for operation in path.values():
+            operation.setdefault("responses", {})["431"] = copy.deepcopy(_HEAD_TOO_LARGE)
+    return spec
+
+
 _UNAUTHORIZED = {
     "description": "No API key, or one that is malformed, unknown or revoked.",
     "headers": {

@@ -1,4 +1,4 @@
-"""ASGI middleware of the API: a request-body cap applied before anything parses the body, the
+"""ASGI middleware of the API: caps on the request head and body, applied before anything reads them, the
 refusal of NUL in a URL, and request timing for the latency histogram."""
 
 from __future__ import annotations
@@ -14,12 +14,18 @@ from onbeat.api.problems import PROBLEM_MEDIA_TYPE, FieldError, problem_body
 from onbeat.metrics import Metrics
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+MAX_HEAD_BYTES = 32 * 1024
+"""The longest request line and headers the API reads, as nginx's default (4 buffers of 8 KiB)."""
 
 
-class BodyLimitMiddleware:
-    """Answer 413 (a problem document) to a body over ``max_bytes``, judged by ``Content-Length``
-    when given and by the bytes actually received otherwise (chunked bodies).
+class RequestSizeMiddleware:
+    """Answer 431 to a request head (request line and headers) over ``MAX_HEAD_BYTES`` and 413
+    to a body over ``max_bytes`` (problem documents), before anything else reads them. The body
+    is judged by ``Content-Length`` when given and by the bytes actually received otherwise
+    (chunked bodies).
 
+    The head has been parsed by then: the server bounds what it buffers of a head still arriving
+    (``onbeat.api.server``), and this makes the limit exact, whatever server runs the app.
     The body is read here, up to the cap, and handed on in one piece: the app parses JSON from
     memory anyway, and nothing downstream sees a body that is too large.
     """
@@ -32,7 +38,16 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope["headers"]:
+        headers = scope["headers"]
+        head = len(scope.get("raw_path") or b"") + len(scope["query_string"])
+        head += sum(len(name) + len(value) + 4 for name, value in headers)  # ": ", CRLF
+        if head > MAX_HEAD_BYTES:
+            why = f"are longer than the {MAX_HEAD_BYTES} bytes accepted"
+            errors = [FieldError(field="headers", message=why)]
+            detail = f"the request line and headers {why}"
+            await _send_problem(send, 431, "head-too-large", detail, errors, close=True)
+            return
+        for name, value in headers:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 await self._too_large(send)
                 return

@@ -9,16 +9,16 @@ body (``schedule.expression``), a query or path parameter name (``cursor``) or a
 Status codes, used consistently: **400** the request could not be read (malformed JSON, invalid
 UTF-8, a cursor this API did not issue); **422** it was read but a value is invalid (a schema
 violation or an :class:`onbeat.errors.ValidationError`); **401** no valid API key (with
-``WWW-Authenticate: Bearer``); **403** the key's role may not do this; **404** no such resource or route;
-**405** method not allowed; **409** the resource's state forbids the change; **413** body too
-large; **500** a stored record cannot be read (``unreadable-record``: a row written behind
-onbeat's back; listings leave it out) or an unexpected error; **503** not ready, or the store
-refuses writes (``store-refuses-writes``: disk full, read-only; nothing was changed), or cannot be
-reached (``store-unavailable``: its server is down or the connection dropped; nothing was changed),
-with ``Retry-After``; **504** the connection to the store was lost while the change was being
-committed and the store could not say whether it was (``store-outcome-unknown``: the change may
-have been applied; send a create again only with the same ``Idempotency-Key``, and look a change
-up before making it again).
+``WWW-Authenticate: Bearer``); **403** the key's role may not do this; **404** no such resource or
+route; **405** method not allowed; **409** the resource's state forbids the change; **413** body
+too large; **431** request line and headers too long; **500** a stored record cannot be read
+(``unreadable-record``: a row written behind onbeat's back; listings leave it out) or an unexpected
+error; **503** not ready, or the store refuses writes (``store-refuses-writes``: disk full,
+read-only; nothing was changed), or cannot be reached (``store-unavailable``: its server is down or
+the connection dropped; nothing was changed), with ``Retry-After``; **504** the connection to the
+store was lost while the change was being committed and the store could not say whether it was
+(``store-outcome-unknown``: the change may have been applied; send a create again only with the
+same ``Idempotency-Key``, and look a change up before making it again).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ TITLES = {
     "method-not-allowed": "Method not allowed",
     "conflict": "Conflict",
     "payload-too-large": "Request body too large",
+    "head-too-large": "Request header fields too large",
     "not-ready": "Not ready",
     "store-refuses-writes": "Store refuses writes",
     "store-unavailable": "Store unavailable",

@@ -11,6 +11,7 @@ import uvicorn
 from anyio import to_thread
 
 from onbeat.api.app import create_app
+from onbeat.api.middleware import MAX_HEAD_BYTES
 from onbeat.app import App
 from onbeat.metrics import Metrics
 
@@ -53,6 +54,11 @@ async def serve_api(
         host=host,
         port=port,
         lifespan="off",
+        # h11 answers 400 once a head still arriving holds more than this; uvicorn's default
+        # parser whenever it is importable (httptools, as with uvicorn[standard]) buffers a head
+        # without limit (it took a 20 MB header). The exact limit is RequestSizeMiddleware's.
+        http="h11",
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         log_level="warning",
         log_config=None,  # keep the node's logging setup
         access_log=False,

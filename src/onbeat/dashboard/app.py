@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from onbeat.api.middleware import BodyLimitMiddleware
+from onbeat.api.middleware import RequestSizeMiddleware
 from onbeat.app import App
 from onbeat.dashboard.render import render
 from onbeat.dashboard.session import LoginRequired, Notice, Session, Sessions, Visitor
@@ -173,7 +173,7 @@ def create_dashboard(onbeat: App) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BodyLimitMiddleware, max_bytes=MAX_FORM_BYTES)],
+        middleware=[Middleware(RequestSizeMiddleware, max_bytes=MAX_FORM_BYTES)],
         exception_handlers={
             LoginRequired: _login_required,
             Forbidden: _forbidden,
