@@ -23,6 +23,8 @@ from onbeat.errors import QueueUnavailableError, ValidationError
 from onbeat.queue import open_queue
 from onbeat.queue.base import QueueItem
 from onbeat.queue.table import TableDelayQueue, from_micros, open_table_queue, to_micros
+from onbeat.queue.table_postgres import PostgresQueueDriver
+from onbeat.queue.table_sqlite import SQLiteQueueDriver
 from onbeat.scheduler import Scheduler
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.postgres import fresh_schema
@@ -315,3 +317,68 @@ async def _terminate_backends(url: str, query_like: str) -> None:
         )
         row = await cur.fetchone()
     assert row is not None and row[0] >= 1, "no connection of the queue to terminate"
+
+
+@drivers
+async def test_claim__reads_the_due_rows_not_those_queued_ahead(
+    driver: str, open_table: OpenQueue, clock: FakeClock
+) -> None:
+    """A claim costs the same with 2,000 or 20,000 rows queued ahead of their time (runs sit in
+    the table for up to `window` before it). One scan of the claim index filtered on due_at read
+    every future row whenever fewer rows than the limit were due (PostgreSQL: 39 -> 305 buffers
+    here, 8 ms a claim at 100,000). The cost is PostgreSQL's buffers under EXPLAIN ANALYZE
+    (rolled back) or SQLite's virtual machine steps. Due times a millisecond apart: equal keys
+    are deduplicated in PostgreSQL's index, which hides the cost."""
+    queue = open_table()
+    due = [QueueItem(f"due-{i}", clock.now() - timedelta(seconds=i), priority=i) for i in range(3)]
+    measure = _claim_buffers if driver == "postgres" else _claim_steps
+    costs, queued = [], 0
+    for size in (2_000, 20_000):
+        ahead = [
+            QueueItem(
+                f"ahead-{i}", clock.now() + timedelta(seconds=1, milliseconds=i), priority=i % 2
+            )
+            for i in range(queued, size)
+        ]
+        await queue.enqueue([*ahead, *due])
+        queued = size
+        costs.append(await measure(queue, to_micros(clock.now())))
+    assert costs[1] < 2 * costs[0], costs
+    await queue.enqueue(due)  # SQLite's measure claimed them
+    assert await queue.claim_due(100) == ["due-2", "due-1", "due-0"]
+    assert await queue.size() == 20_000
+
+
+async def _claim_buffers(queue: TableDelayQueue, now: int) -> int:
+    """The buffers a claim of 100 touches, explained in a transaction rolled back."""
+    driver = queue._driver
+    assert isinstance(driver, PostgresQueueDriver)
+    explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + driver._sql["claim"]
+    connecting = psycopg.AsyncConnection.connect(POSTGRES_URL)
+    async with await connecting as conn, conn.transaction(force_rollback=True):
+        await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(driver._table)))
+        row = await (await conn.execute(explain, {"now": now, "limit": 100})).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    assert plan["Actual Rows"] == 3
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+async def _claim_steps(queue: TableDelayQueue, now: int) -> int:
+    """SQLite's virtual machine steps (in tens) of a claim of 100, which takes the due rows."""
+    driver = queue._driver
+    assert isinstance(driver, SQLiteQueueDriver) and driver._conn is not None
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0  # go on
+
+    driver._conn.set_progress_handler(count, 10)
+    try:
+        claimed = await driver.claim(now, 100)
+    finally:
+        driver._conn.set_progress_handler(None, 10)
+    assert claimed == ["due-2", "due-1", "due-0"]
+    return steps

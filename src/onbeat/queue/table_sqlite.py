@@ -57,13 +57,20 @@ class SQLiteQueueDriver:
         await self._call("enqueue failed", run)
 
     async def claim(self, now: int, limit: int) -> list[str]:
-        def run(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+        def run(conn: sqlite3.Connection) -> list[str]:
+            """Tier by tier, highest priority first, until ``limit`` are found; then deleted."""
+            claimed: list[str] = []
             with _immediate(conn):
-                return conn.execute(self._sql["claim"], {"now": now, "limit": limit}).fetchall()
+                for (tier,) in conn.execute(self._sql["tiers"]).fetchall():
+                    wanted = {"priority": tier, "now": now, "limit": limit - len(claimed)}
+                    claimed += [row[0] for row in conn.execute(self._sql["claim_tier"], wanted)]
+                    if len(claimed) >= limit:
+                        break
+                if claimed:
+                    conn.execute(self._sql["remove"], {"ids": batch_json(claimed)})
+            return claimed
 
-        claimed = await self._call("claim failed", run)
-        claimed.sort(key=lambda row: (-row[1], row[2]))  # RETURNING has no order of its own
-        return [row[0] for row in claimed]
+        return await self._call("claim failed", run)
 
     async def remove(self, ids: Sequence[str]) -> None:
         def run(conn: sqlite3.Connection) -> None:

@@ -24,18 +24,26 @@ ON CONFLICT (execution_id) DO UPDATE
     WHERE q.shard <> excluded.shard OR q.priority <> excluded.priority
        OR q.due_at <> excluded.due_at;
 
--- name: claim
--- Take up to :limit due ids, highest priority first, then earliest due, inside BEGIN IMMEDIATE
--- (the single writer: no other connection claims in between). RETURNING has no defined order,
--- so the caller sorts by (priority DESC, due_at).
-DELETE FROM {table}
-WHERE execution_id IN (
-    SELECT execution_id FROM {table}
-    WHERE due_at <= :now
-    ORDER BY priority DESC, due_at
-    LIMIT :limit
+-- name: tiers
+-- The priority tiers waiting, highest first: the loose index scan of `earliest`. A claim reads
+-- them, then each tier's due rows (`claim_tier`), in one BEGIN IMMEDIATE (the single writer).
+WITH RECURSIVE tiers (priority) AS (
+    SELECT (SELECT priority FROM {table} ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.priority FROM {table} q WHERE q.priority < tiers.priority
+            ORDER BY q.priority DESC LIMIT 1)
+    FROM tiers WHERE tiers.priority IS NOT NULL
 )
-RETURNING execution_id, priority, due_at;
+SELECT priority FROM tiers WHERE priority IS NOT NULL;
+
+-- name: claim_tier
+-- Up to :limit due ids of one tier, earliest due first: one index range, so rows queued ahead
+-- of their time are never read (one scan of the index filtered on due_at read them all
+-- whenever fewer than :limit were due). The claim then deletes them with `remove`.
+SELECT execution_id FROM {table}
+WHERE priority = :priority AND due_at <= :now
+ORDER BY due_at
+LIMIT :limit;
 
 -- name: remove
 DELETE FROM {table} WHERE execution_id IN (SELECT value FROM json_each(:ids));
