@@ -148,17 +148,18 @@ class Settings(BaseSettings):
         default=256, ge=1, description="Most runs a worker claims per store call."
     )
     claim_ahead: float = Field(
-        default=5.0,
+        default=20.0,
         ge=0,
         le=60,
         description="Seconds before their due time that an idle worker claims runs, to start "
         "them by its own timer at the instant after one confirming write: a burst then starts "
         "at the pace of that write, not of claims. Only runs nothing can change by then are "
         "taken (no limit, nothing of their job running before them); a cancel, pause or edit "
-        "before the instant still wins. 5 measured best on 2 cores (docs/performance.md); 0: "
-        "off. Runs reach the queue `window` ahead, so a value above `window` works as "
-        "`window`. A run held ahead reads as queued, its `lease_owner` the worker holding it; "
-        "if that worker dies, it starts elsewhere about 2 s after its time.",
+        "before the instant still wins. 20 let two workers hold all of a 100,000-run cron "
+        "boundary before it (the last start 5-7 s after it, against 17-21 s with 5; "
+        "docs/performance.md); 0: off. Runs reach the queue `window` ahead, so a value above "
+        "`window` works as `window`. A run held ahead reads as queued, its `lease_owner` the "
+        "worker holding it; if that worker dies, it starts elsewhere about 2 s after its time.",
     )
     claim_ahead_max: int = Field(
         default=50_000,
