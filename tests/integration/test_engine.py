@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from onbeat import AttemptOutcome, ExecutionStatus, JobStatus
 from tests.integration.conftest import Node
@@ -145,6 +146,33 @@ async def test_engine__heartbeat_keeps_a_long_run_alive(node: Node) -> None:
     [execution] = node.app.list_executions(job.id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert len(execution.attempts) == 1
+
+
+async def test_engine__heartbeat_leaves_a_fresh_lease_until_it_is_due(node: Node) -> None:
+    """A lease the claim just granted is not renewed by a heartbeat moments later (a burst would
+    be written twice at its start); it is once the next look would be a heartbeat interval after
+    the claim."""
+    node.app.schedule("block")
+    await node.scheduler.renew_shards()
+    await node.scheduler.dispatch()
+    await node.worker.claim_once()
+    await node.calls.started.wait()
+    [run_id] = node.worker._held_leases()
+    granted = node.app.store.execution_get(run_id)
+    assert granted is not None and granted.lease_expires_at is not None
+    interval = node.app.settings.heartbeat_interval
+    node.clock.advance(interval / 2)
+    await node.worker.heartbeat()
+    unchanged = node.app.store.execution_get(run_id)
+    assert unchanged is not None and unchanged.lease_expires_at == granted.lease_expires_at
+    node.clock.advance(interval / 2)
+    await node.worker.heartbeat()
+    renewed = node.app.store.execution_get(run_id)
+    assert renewed is not None and renewed.lease_expires_at == node.clock.now() + timedelta(
+        seconds=node.app.settings.lease_ttl
+    )
+    node.calls.release.set()
+    await node.worker.run_until_idle()
 
 
 async def test_engine__paused_job_does_not_run_until_resumed(node: Node) -> None:

@@ -261,6 +261,7 @@ async def test_worker__heartbeat_while_an_outcome_is_being_written_fences_nothin
     worker = node.new_worker(store)
     draining = asyncio.create_task(worker.run_until_idle())
     assert await asyncio.to_thread(store.committed.wait, 5)
+    node.clock.advance(node.app.settings.heartbeat_interval)  # its lease is due for renewal
     await worker.heartbeat()
     store.gate.set()
     await asyncio.wait_for(draining, 5)
@@ -287,7 +288,7 @@ async def test_heartbeat__thread_renews_held_leases_on_the_clock_and_reports_los
     def on_lost(pairs: HeldLeases) -> None:
         lost.put_nowait((pairs, asyncio.get_running_loop() is loop))
 
-    heartbeat = Heartbeat(store, owner, ttl, 3.0, node.clock, lambda: dict(held), on_lost)
+    heartbeat = Heartbeat(store, owner, ttl, 3.0, node.clock, lambda before: dict(held), on_lost)
     heartbeat.start(loop)
     try:
         node.clock.advance(3)

@@ -136,6 +136,7 @@ class ClaimsAhead:
             held = {run.id: run.token for run in due if self.leases.get(run.id) == run.token}
         if not held:
             return True
+        granted_at = self.clock.monotonic()  # before the confirm's commit, which leases them
         confirming = asyncio.ensure_future(
             asyncio.to_thread(
                 self.store.execution_confirm, self.owner, held, self.settings.lease_ttl
@@ -148,7 +149,8 @@ class ClaimsAhead:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait([confirming])
             confirmed = {} if confirming.exception() else confirming.result()
-            self._track_confirmed(due, confirmed)  # held, not started: shutdown releases them
+            # held, not started: shutdown releases them
+            self._track_confirmed(due, confirmed, granted_at)
             self.hold([run for run in due if run.id not in confirmed])
             raise
         except Exception:
@@ -156,7 +158,7 @@ class ClaimsAhead:
             self.hold([run for run in due if run.id in held])
             return False
         self._confirms.succeeded()
-        self._start(self._track_confirmed(due, tokens))
+        self._start(self._track_confirmed(due, tokens, granted_at))
         refused = {eid: token for eid, token in held.items() if eid not in tokens}
         if refused:  # cancelled, edited away, paused or lost before their time
             with self._lock:
@@ -168,9 +170,12 @@ class ClaimsAhead:
                 log.warning("releasing %d runs not confirmed failed (%s)", len(refused), exc)
         return True
 
-    def _track_confirmed(self, due: Sequence[HeldAhead], tokens: dict[str, int]) -> list[Held]:
+    def _track_confirmed(
+        self, due: Sequence[HeldAhead], tokens: dict[str, int], granted_at: float
+    ) -> list[Held]:
         """Move the runs the store confirmed into the worker's ``held``, under their new tokens
-        (the heartbeat renews their leases from now on, as any started run's); returns them."""
+        and leases granted from ``granted_at`` (the heartbeat renews them from now on, as any
+        started run's); returns them."""
         confirmed = []
         with self._lock:
             for run in due:
@@ -180,6 +185,7 @@ class ClaimsAhead:
                     if held.token != token:  # not the confirm this worker knows: its token wins
                         execution = dataclasses.replace(held.run.execution, fencing_token=token)
                         held = Held(dataclasses.replace(held.run, execution=execution))
+                    held.renewed_at = granted_at
                     self._held[run.id] = held
                     confirmed.append(held)
         return confirmed

@@ -19,6 +19,10 @@ class Held:
     began: bool = False
     """Its task has begun (on the loop): a run not begun yet may be handed back while a task
     blocks the loop (``Worker._hand_back_unstarted``)."""
+    renewed_at: float = 0.0
+    """When (the worker clock's monotonic time) the store call that granted or last renewed its
+    lease began: no later than the commit the lease runs from. The heartbeat renews it again
+    before ``heartbeat_interval`` has passed since (0: at its next look)."""
 
     @property
     def token(self) -> int:

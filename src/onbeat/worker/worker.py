@@ -158,8 +158,9 @@ class Worker:
             settings.lease_ttl,
             settings.heartbeat_interval,
             clock,
-            held=self._held_leases,
+            due=self._leases_due,
             on_lost=self._leases_lost,
+            renewed=self._leases_renewed,
         )
         self._per_task = TaskInstruments(self.metrics)
         self._watchdog = LoopWatchdog(
@@ -229,6 +230,7 @@ class Worker:
         if not ids:
             self._claims.succeeded()
             return 0, 0
+        granted_at = self.clock.monotonic()  # before the claim's commit, which its leases run from
         claiming = asyncio.ensure_future(asyncio.to_thread(self._claim_leases, ids, free, room))
         try:
             claim = await asyncio.shield(claiming)
@@ -244,7 +246,7 @@ class Worker:
         self._held_back = claim.held_back
         # before any other await: every started run is tracked
         early = [HeldAhead.of(r) for r in claim.started if r.execution.started_at is None]
-        self._start([r for r in claim.started if r.execution.started_at is not None])
+        self._start([r for r in claim.started if r.execution.started_at is not None], granted_at)
         self._ahead.hold(early)
         self._ahead.refused = bool(room) and not early and len(claim.not_due) == len(ids)
         self._waiting_jobs |= claim.waiting_jobs
@@ -301,7 +303,8 @@ class Worker:
         except Exception as exc:
             log.warning("handing %d runs back failed (%s); the sweep will", len(ids), exc)
 
-    def _start(self, runs: Sequence[ClaimedRun]) -> None:
+    def _start(self, runs: Sequence[ClaimedRun], granted_at: float) -> None:
+        """Hold and begin the runs a claim started, their leases granted from ``granted_at``."""
         for run in runs:
             for victim in run.replaced:
                 self._cancel_local(victim, "replaced by a newer run (overlap=replace)")
@@ -310,7 +313,7 @@ class Worker:
         for run in runs:
             if run.execution.id in self._held:  # lost its lease, then claimed again by us
                 self._cancel_local(run.execution.id, "claimed again with a newer fencing token")
-            started.append(Held(run))
+            started.append(Held(run, renewed_at=granted_at))
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
         self._begin(started)
@@ -516,9 +519,29 @@ class Worker:
 
     # --- leases -----------------------------------------------------------------------------
     def _held_leases(self) -> HeldLeases:
-        """What the heartbeat renews; called from its thread."""
+        """Every lease this worker holds (runs claimed ahead apart: they are not renewed)."""
         with self._held_lock:
             return {eid: held.token for eid, held in self._held.items()} | self._claimed
+
+    def _leases_due(self, renewed_before: float) -> HeldLeases:
+        """The leases the heartbeat renews now: those granted or last renewed at or before
+        ``renewed_before``, and those of runs a claim took that are not held yet (a moment,
+        unless a task blocks the loop). Called from the heartbeat's thread."""
+        with self._held_lock:
+            due = {
+                eid: held.token
+                for eid, held in self._held.items()
+                if held.renewed_at <= renewed_before
+            }
+            return due | self._claimed
+
+    def _leases_renewed(self, kept: HeldLeases, at: float) -> None:
+        """The heartbeat renewed these leases from ``at`` on (called from its thread)."""
+        with self._held_lock:
+            for eid, token in kept.items():
+                held = self._held.get(eid)
+                if held is not None and held.token == token:
+                    held.renewed_at = at
 
     def _leases_lost(self, lost: HeldLeases) -> None:
         """Stop the runs whose lease the heartbeat found gone (on the event loop)."""
@@ -528,8 +551,8 @@ class Worker:
                 self._cancel_local(eid, "its lease was taken away (fenced)")
 
     async def heartbeat(self) -> None:
-        """Renew the leases of the runs this worker holds now, in one store call, and stop the
-        runs whose lease was lost. The heartbeat thread does this every heartbeat_interval."""
+        """Renew the leases that are due, in one store call, and stop the runs whose lease was
+        lost. The heartbeat thread does this several times per heartbeat_interval."""
         self._leases_lost(await asyncio.to_thread(self._heartbeat.beat))
 
     # --- loops ------------------------------------------------------------------------------
