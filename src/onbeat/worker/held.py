@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 
 from onbeat.store.base import ClaimedRun
@@ -19,10 +20,10 @@ class Held:
     began: bool = False
     """Its task has begun (on the loop): a run not begun yet may be handed back while a task
     blocks the loop (``Worker._hand_back_unstarted``)."""
-    renewed_at: float = 0.0
+    renewed_at: float = -math.inf
     """When (the worker clock's monotonic time) the store call that granted or last renewed its
     lease began: no later than the commit the lease runs from. The heartbeat renews it again
-    before ``heartbeat_interval`` has passed since (0: at its next look)."""
+    before ``heartbeat_interval`` has passed since (-inf, not known: at its next look)."""
 
     @property
     def token(self) -> int:
