@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from datetime import timedelta
 
 from onbeat import AttemptOutcome, ExecutionStatus, JobStatus
@@ -157,7 +158,7 @@ async def test_engine__heartbeat_leaves_a_fresh_lease_until_it_is_due(node: Node
     await node.scheduler.dispatch()
     await node.worker.claim_once()
     await node.calls.started.wait()
-    [run_id] = node.worker._held_leases()
+    [run_id] = node.worker._leases_due(math.inf)
     granted = node.app.store.execution_get(run_id)
     assert granted is not None and granted.lease_expires_at is not None
     interval = node.app.settings.heartbeat_interval

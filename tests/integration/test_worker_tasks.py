@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import threading
 import time
@@ -365,7 +366,7 @@ async def test_worker__runs_claimed_while_a_task_blocks_the_loop_keep_their_leas
     assert committed.wait(5)  # from here on the loop is blocked, as by a task's time.sleep
     [execution] = node.app.list_executions(job.id)
     deadline = time.monotonic() + 5
-    while execution.id not in node.worker._held_leases() and time.monotonic() < deadline:
+    while execution.id not in node.worker._leases_due(math.inf) and time.monotonic() < deadline:
         time.sleep(0.001)  # noqa: ASYNC251  (the loop stays blocked on purpose)
     node.clock.advance(8)  # lease_ttl is 10 s
     assert node.worker._heartbeat.beat() == {}  # what the heartbeat thread does meanwhile

@@ -50,6 +50,19 @@ class Leases:
             self.renewals[eid].append(at)
 
 
+def _heartbeat(clock: FakeClock, store: RenewingStore, leases: Leases) -> Heartbeat:
+    return Heartbeat(
+        cast(Store, store),
+        "w",
+        60.0,
+        INTERVAL,
+        clock,
+        leases.due,
+        lambda lost: None,
+        leases.renewed,
+    )
+
+
 # A history: before each look, some leases are granted; the look comes late by 0-2 s.
 HISTORY = st.lists(
     st.tuples(st.integers(0, 3), st.floats(0, 2, allow_nan=False)), min_size=1, max_size=60
@@ -61,18 +74,8 @@ HISTORY = st.lists(
 def test_heartbeat__renews_each_lease_before_an_interval_passes_and_never_while_fresh(
     history: list[tuple[int, float]],
 ) -> None:
-    clock = FakeClock()
-    store, leases = RenewingStore(), Leases()
-    heartbeat = Heartbeat(
-        cast(Store, store),
-        "w",
-        60.0,
-        INTERVAL,
-        clock,
-        leases.due,
-        lambda lost: None,
-        leases.renewed,
-    )
+    clock, store, leases = FakeClock(), RenewingStore(), Leases()
+    heartbeat = _heartbeat(clock, store, leases)
     longest_gap = 0.0
     for step, (grants, late) in enumerate(history):
         looked = clock.monotonic()
@@ -102,18 +105,8 @@ def test_heartbeat__renews_each_lease_before_an_interval_passes_and_never_while_
 
 def test_heartbeat__looks_on_time_renew_a_lease_every_seven_eighths_of_the_interval() -> None:
     """The steady-state cost: one lease, looks on time, renewed every 7 looks."""
-    clock = FakeClock()
-    store, leases = RenewingStore(), Leases()
-    heartbeat = Heartbeat(
-        cast(Store, store),
-        "w",
-        60.0,
-        INTERVAL,
-        clock,
-        leases.due,
-        lambda lost: None,
-        leases.renewed,
-    )
+    clock, store, leases = FakeClock(), RenewingStore(), Leases()
+    heartbeat = _heartbeat(clock, store, leases)
     leases.grant("a", clock.monotonic())
     for _ in range(LOOKS_PER_INTERVAL * 7):
         clock.advance(LOOK_EVERY)

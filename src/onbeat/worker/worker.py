@@ -518,11 +518,6 @@ class Worker:
         report_outcomes(batch, runs, accepted, self.stats, self.metrics, self._per_task)
 
     # --- leases -----------------------------------------------------------------------------
-    def _held_leases(self) -> HeldLeases:
-        """Every lease this worker holds (runs claimed ahead apart: they are not renewed)."""
-        with self._held_lock:
-            return {eid: held.token for eid, held in self._held.items()} | self._claimed
-
     def _leases_due(self, renewed_before: float) -> HeldLeases:
         """The leases the heartbeat renews now: those granted or last renewed at or before
         ``renewed_before``, and those of runs a claim took that are not held yet (a moment,
