@@ -193,7 +193,7 @@ def test_hot_path__no_statement_reads_more_as_the_store_grows(analyzed: bool) ->
         assert {n: t for n, t in scans.items() if t} == {}, "a list of ids read by a scan"
     small, large = small_seen.buffers, large_seen.buffers
     measured = sorted(set(small) & set(large) - OUT_OF_SCOPE)
-    for needed in ("jobs_cron_page_locked", "execution_earliest_due_of_jobs",
+    for needed in ("jobs_cron_page", "execution_earliest_due_of_jobs",
                    "execution_dispatch_candidates", "execution_start_many"):  # fmt: skip
         assert needed in measured, f"{needed} was not run: the passes miss what they test"
     grown = {

@@ -346,10 +346,12 @@ class Store(Protocol):
         last). A page costs the same whatever the number of jobs (100,000 cron jobs: one range
         read of the index per page).
 
-        Concurrency: fenced by shard epoch at commit, as ``execution_dispatch``; a job whose next
-        run a dispatch or an edit planned first is not given a second one, and a job a dispatch
-        moved on while the page was read is judged by what that dispatch wrote (no false
-        repair); a job locked by another transaction is left to the next pass."""
+        Concurrency: the page is read at one snapshot without locks (a job a dispatch is moving
+        on is seen before or after it, never half way), so a healthy job costs no write. A job
+        found without its next run is then locked and judged again by what is committed, fenced
+        by shard epoch at commit as ``execution_dispatch``: one whose next run a dispatch, an
+        edit or another reconciler planned meanwhile is not given a second one; one locked by
+        another transaction is left to the next pass."""
         ...
 
     def execution_sweep(

@@ -34,17 +34,19 @@ from onbeat.testing.store_contract import (
     RUN_TTL,
     WORKER,
     _at,
+    _cron,
     _dispatch,
     _get,
     _held,
     _ids,
+    _leases,
     _new,
     _ok,
     _once,
     _only_run,
     _start,
 )
-from onbeat.testing.store_contract_concurrency import BARRIER_TIMEOUT
+from onbeat.testing.store_contract_concurrency import BARRIER_TIMEOUT, _assert_one_chain
 
 __all__ = ["InterleavingContract", "held_after"]
 
@@ -164,3 +166,35 @@ class InterleavingContract:
         if stored.status is not ExecutionStatus.RUNNING:
             assert stored.status is ExecutionStatus.SCHEDULED
             assert stored.due_at <= clock.now(), "left waiting for a predecessor that has ended"
+
+    @pytest.mark.parametrize("meanwhile", ["edit", "another reconciler"])
+    def test_job_repair_next_runs__a_suspect_repaired_meanwhile_is_repaired_once(
+        self, store_pair: tuple[Store, Store], clock: FakeClock, meanwhile: str
+    ) -> None:
+        """The reconciler reads its page without a lock, so a job it found without its next run
+        may have one by the time it writes. Held: the reconciler after that read, inside its
+        write transaction, before it locks the job. Meanwhile an edit of the schedule plans the
+        job's next run, or another reconciler repairs it. Whichever commits first, the job ends
+        with one chain (one planned run, at its next fire time) and at most one repair."""
+        a, b = store_pair
+        job = a.job_create(_cron("*/5 * * * * *")).job
+        with a._tx() as c:  # type: ignore[attr-defined]  # the chain broken behind onbeat's back
+            c.execute("DELETE FROM runs")
+        leases = _leases(a)
+
+        def repair_meanwhile() -> list[str]:
+            if meanwhile == "edit":
+                a.job_update(job.id, JobChanges(schedule=Schedule.parse(cron=EVERY_MINUTE)))
+                return []
+            return a.job_repair_next_runs(leases, None, 1000)[0]
+
+        with ThreadPoolExecutor(2) as pool, held_after(b, "_fenced_shards") as hold:
+            reconciling = pool.submit(b.job_repair_next_runs, leases, None, 1000)
+            assert hold.reached.wait(BARRIER_TIMEOUT)
+            other = pool.submit(repair_meanwhile)
+            wait([other], timeout=CONFIRM_CHANCE)
+            hold.release.set()
+            repaired, _ = reconciling.result()
+            repaired_meanwhile = other.result()
+        assert len(repaired + repaired_meanwhile) <= 1, "repaired twice"
+        _assert_one_chain(a, clock, job.id)

@@ -183,22 +183,44 @@ DELETE FROM runs
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
--- name: jobs_cron_page_locked
--- The reconciler's page: the next :limit active cron jobs of the held shards after (:after_shard,
--- :after_id), locked as dispatch locks them (a job being dispatched or edited is left to the next
--- pass). A range read of jobs_shard_active: = ANY of an array on its leading column keeps
--- (shard, id) order, so the LIMIT ends the scan at the page's last job; the caller passes only
--- the shards from :after_shard on (an earlier shard in the array costs a scan of its own).
-SELECT j.id, j.shard FROM jobs j
-WHERE j.shard = ANY(ARRAY(SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int)))
+-- name: jobs_cron_page
+-- The reconciler's page, read without a lock: the next :limit active cron jobs of the held shards
+-- after (:after_shard, :after_id), each with whether it has a planned (scheduled) run at its next
+-- fire time. One snapshot judges job and runs alike, so a job a dispatch is moving on is judged
+-- before or after it, never half way; a job found without one is only a suspect, locked and judged
+-- again by jobs_next_run_state (almost every pass finds none, and locks nothing). A range read of
+-- jobs_shard_active: = ANY of an array on its leading column keeps (shard, id) order, so the LIMIT
+-- ends the scan at the page's last job; the caller passes only the shards from :after_shard on (an
+-- earlier shard in the array costs a scan of its own).
+WITH page AS (
+    SELECT j.id, j.shard, j.next_fire_at FROM jobs j
+    WHERE j.shard = ANY(ARRAY(SELECT CAST(jsonb_array_elements_text(CAST(:shards AS jsonb)) AS int)))
+      AND j.status = 'active' AND j.schedule_kind = 'cron'
+      AND (j.shard, j.id) > (CAST(:after_shard AS int), CAST(:after_id AS text))
+    ORDER BY j.shard, j.id
+    LIMIT :limit
+)
+SELECT p.id, p.shard, next_run.id IS NOT NULL AS has_next_run
+FROM page p
+LEFT JOIN LATERAL (
+    -- LIMIT 1: one look-up of the runs' unique index per job, never a hash of every run
+    SELECT e.id FROM runs e
+    WHERE e.job_id = p.id AND e.trigger = 'schedule'
+      AND e.scheduled_for = p.next_fire_at AND e.status = 'scheduled'
+    LIMIT 1
+) next_run ON true
+ORDER BY p.shard, p.id;
+
+-- name: jobs_lock_active_cron
+-- The reconciler's suspects, locked as dispatch locks them (a job being dispatched or edited is
+-- left to the next pass), if still active cron jobs.
+SELECT j.id FROM jobs j
+WHERE j.id = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))))
   AND j.status = 'active' AND j.schedule_kind = 'cron'
-  AND (j.shard, j.id) > (CAST(:after_shard AS int), CAST(:after_id AS text))
-ORDER BY j.shard, j.id
-LIMIT :limit
 FOR UPDATE OF j SKIP LOCKED;
 
 -- name: jobs_next_run_state
--- The locked jobs of a page, each with whether it has a planned (scheduled) run at its next fire
+-- The locked suspects of a page, each with whether it has a planned (scheduled) run at its next fire
 -- time. A statement of its own, after the lock: in the locking statement a job that a dispatch
 -- moved on meanwhile would be read at its new next fire time but its runs at the statement's
 -- older snapshot, without the run that dispatch planned (a false repair).

@@ -95,15 +95,30 @@ DELETE FROM runs
 WHERE job_id = :job_id AND trigger = 'schedule' AND status IN ('scheduled', 'queued')
   AND scheduled_for > :after AND attempt = 0 AND fencing_token = 0;
 
--- name: jobs_cron_page_locked
+-- name: jobs_cron_page
 -- The reconciler's page: the next :limit active cron jobs of the held shards after (:after_shard,
--- :after_id), a range read of jobs_shard_active (the write transaction is the lock).
-SELECT j.id, j.shard FROM jobs j
-WHERE j.shard IN (SELECT value FROM json_each(:shards))
-  AND j.status = 'active' AND j.schedule_kind = 'cron'
-  AND (j.shard, j.id) > (:after_shard, :after_id)
-ORDER BY j.shard, j.id
-LIMIT :limit;
+-- :after_id), a range read of jobs_shard_active, each with whether it has a planned (scheduled)
+-- run at its next fire time (a job without one is a suspect, judged again by jobs_next_run_state).
+WITH page AS (
+    SELECT j.id, j.shard, j.next_fire_at FROM jobs j
+    WHERE j.shard IN (SELECT value FROM json_each(:shards))
+      AND j.status = 'active' AND j.schedule_kind = 'cron'
+      AND (j.shard, j.id) > (:after_shard, :after_id)
+    ORDER BY j.shard, j.id
+    LIMIT :limit
+)
+SELECT p.id, p.shard,
+       EXISTS (SELECT 1 FROM runs e
+               WHERE e.job_id = p.id AND e.trigger = 'schedule'
+                 AND e.scheduled_for = p.next_fire_at AND e.status = 'scheduled') AS has_next_run
+FROM page p
+ORDER BY p.shard, p.id;
+
+-- name: jobs_lock_active_cron
+-- The reconciler's suspects, if still active cron jobs (the write transaction is the lock).
+SELECT j.id FROM jobs j
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+  AND j.status = 'active' AND j.schedule_kind = 'cron';
 
 -- name: jobs_next_run_state
 -- The jobs of a page, each with whether it has a planned (scheduled) run at its next fire time:
