@@ -9,6 +9,7 @@ one event loop. The fleet's processes run one part each over a shared store and 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -218,12 +219,13 @@ async def serve(
         print(banner, flush=True)
     parts = [*node.parts, *(["api"] if listen is not None else [])]
     log.info(
-        "onbeat node up (%s): store %s, queue %s, %d tasks, event loop %s",
+        "onbeat node up (%s): store %s, queue %s, %d tasks, event loop %s, gc threshold %d",
         ", ".join(parts),
         redact_url(app.settings.database_url),
         redact_url(app.settings.queue_url) if node.parts else "none",
         len(list(app.registry)),
         type(loop).__module__.partition(".")[0],  # uvloop or asyncio
+        gc.get_threshold()[0],
     )
     if app.settings.queue_url.startswith("memory://") and len(node.parts) == 1:
         log.warning(

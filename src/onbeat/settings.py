@@ -81,6 +81,16 @@ class Settings(BaseSettings):
         "(Windows), the standard library's.",
     )
 
+    gc_threshold: int = Field(
+        default=50_000,
+        ge=0,
+        description="Objects allocated (less those freed) between the garbage collector's "
+        "passes over new objects in `onbeat up`, `scheduler`, `worker` and `api`; 0: Python's "
+        "default (700). At 700 a busy worker spent 12-15 % of its CPU in those passes "
+        "(docs/performance.md). What the process made while starting is frozen out of every "
+        "pass either way.",
+    )
+
     # --- the REST API ----------------------------------------------------------------------
     host: str = Field(
         default="127.0.0.1",

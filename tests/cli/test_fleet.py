@@ -3,6 +3,7 @@ flags come from ``Settings``, a bad value is one line, and ``migrate`` sets up a
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -177,16 +178,13 @@ def test_metrics_port__a_scheduler_or_worker_process_serves_its_metrics(
         process.wait(timeout=30)
 
 
-@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
-def test_event_loop__a_process_runs_on_the_loop_its_setting_names(
-    tmp_path: Path, event_loop: str
-) -> None:
+def _node_up_line(tmp_path: Path, **env: str) -> str:
+    """The line an ``onbeat scheduler`` logs once it is up, with these ``ONBEAT_*`` variables."""
     database_url = f"sqlite:///{tmp_path / 'o.db'}"
-    env = {**base_env(), "ONBEAT_LOG_LEVEL": "INFO", "ONBEAT_EVENT_LOOP": event_loop}
     with subprocess.Popen(
         [sys.executable, "-m", "onbeat", "scheduler", "--database-url", database_url],
         cwd=REPO,
-        env=env,
+        env={**base_env(), "ONBEAT_LOG_LEVEL": "INFO", **env},
         stderr=subprocess.PIPE,
         text=True,
     ) as process:
@@ -194,12 +192,28 @@ def test_event_loop__a_process_runs_on_the_loop_its_setting_names(
             assert process.stderr is not None
             for line in process.stderr:  # ends when the process does
                 if "onbeat node up" in line:
-                    assert f"event loop {event_loop}" in line
-                    break
-            else:
-                pytest.fail(f"the process ended without starting (status {process.wait()})")
+                    return line
+            pytest.fail(f"the process ended without starting (status {process.wait()})")
         finally:
             process.terminate()
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_event_loop__a_process_runs_on_the_loop_its_setting_names(
+    tmp_path: Path, event_loop: str
+) -> None:
+    line = _node_up_line(tmp_path, ONBEAT_EVENT_LOOP=event_loop)
+    assert f"event loop {event_loop}" in line
+
+
+@pytest.mark.parametrize(("setting", "threshold"), [(None, 50_000), ("0", 700), ("20000", 20_000)])
+def test_gc_threshold__a_process_collects_as_its_setting_says(
+    tmp_path: Path, setting: str | None, threshold: int
+) -> None:
+    """0 leaves Python's default (700); the test's own process is not touched."""
+    env = {} if setting is None else {"ONBEAT_GC_THRESHOLD": setting}
+    found = re.search(r"gc threshold (\d+)", _node_up_line(tmp_path, **env))
+    assert found is not None and int(found[1]) == threshold
 
 
 @pytest.mark.parametrize("unreachable", ["store", "queue"])

@@ -10,6 +10,7 @@ it starts, and rides out later outages (see docs/settings.md).
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +43,20 @@ def start(app: App, what: str, *, scheduler: bool, worker: bool, api: bool) -> N
     queue = f", queue {redact_url(settings.queue_url)}" if scheduler or worker or api else ""
     banner = f"onbeat {what}: store {redact_url(settings.database_url)}{queue}"
     listen = (settings.host, settings.port) if api else None
+    tune_gc(settings)
     with asyncio.Runner(loop_factory=event_loop_factory(settings)) as runner:
         runner.run(serve(app, listen, scheduler=scheduler, worker=worker, banner=banner))
+
+
+def tune_gc(settings: Settings) -> None:
+    """Collect less often than Python's default: every run, request and claim allocates
+    hundreds of objects that die young (no cycle), and a pass every 700 of them cost a busy
+    worker 12-15 % of its CPU. What start-up made (modules, the app, the store) lives as long as
+    the process, so it is frozen out of every pass."""
+    gc.freeze()
+    if settings.gc_threshold:
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(settings.gc_threshold, older, oldest)
 
 
 def event_loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
