@@ -4,10 +4,10 @@ query strings. (The caller is ``onbeat.api.auth.CallerDep``.)"""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from onbeat.api.cursors import MAX_CURSOR_LENGTH
 from onbeat.api.schemas import MAX_TEXT
@@ -15,6 +15,8 @@ from onbeat.app import App
 from onbeat.errors import ValidationError
 
 DEFAULT_LIMIT = 50
+PLAIN_VALUES: TypeAdapter[Any] = TypeAdapter(Any)
+"""Writes plain values (datetimes, enums, dicts) as pydantic writes them in a model."""
 MAX_LIMIT = 500
 
 
@@ -59,10 +61,18 @@ def parse_instant(field: str, text: str) -> datetime:
 
 
 def serialized(
-    model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None
+    content: BaseModel | dict[str, Any],
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
 ) -> Response:
-    """``model`` as a JSON response, serialized in the calling route's thread. A sync route that
+    """``content`` as a JSON response, serialized in the calling route's thread. A sync route that
     returns a model has FastAPI validate and serialize it in another hand-off to a thread; under
     load the hand-offs cost the API more CPU than the work (bench/README.md, W5). The route
-    keeps its ``response_model`` for the OpenAPI document."""
-    return Response(model.model_dump_json(), status_code, headers, "application/json")
+    keeps its ``response_model`` for the OpenAPI document. A dict of plain values (such as
+    ``schemas.job_document``) is written by pydantic's serializer too, as its model would be."""
+    body = (
+        content.model_dump_json()
+        if isinstance(content, BaseModel)
+        else PLAIN_VALUES.dump_json(content)
+    )
+    return Response(body, status_code, headers, "application/json")

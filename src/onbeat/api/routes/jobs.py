@@ -37,6 +37,7 @@ from onbeat.api.schemas import (
     audit_out,
     execution_out,
     job_detail,
+    job_document,
     job_out,
 )
 from onbeat.app import App
@@ -110,7 +111,7 @@ def create_job(
     headers = {"Location": str(request.url_for("get_job", job_id=created.job.id))}
     if idempotency_key is not None:
         headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
-    return serialized(job_out(created.job), 201, headers)
+    return serialized(job_document(created.job), 201, headers)
 
 
 @router.post(
@@ -152,7 +153,7 @@ def create_jobs(
         # All or none: a retry finds every job of the first request (or, if it never
         # committed, creates them all now).
         headers["Idempotent-Replayed"] = "true" if created[0].replayed else "false"
-    return serialized(JobBatchOut(items=[job_out(c.job) for c in created]), 201, headers)
+    return serialized({"items": [job_document(c.job) for c in created]}, 201, headers)
 
 
 def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
