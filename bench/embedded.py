@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from onbeat import App, TaskContext
+from onbeat.cli.fleet import event_loop_factory, tune_gc
 from onbeat.node import Node
 
 REPO = Path(__file__).resolve().parents[1]
@@ -706,7 +707,9 @@ def run_phase(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     db_path = tmp / "onbeat.db"
     app = make_app(db_path, args)
     try:
-        figures = asyncio.run(PHASE_FUNCTIONS[phase](app, db_path, args))
+        tune_gc(app.settings)  # the event loop and the collector of `onbeat up`
+        with asyncio.Runner(loop_factory=event_loop_factory(app.settings)) as runner:
+            figures = runner.run(PHASE_FUNCTIONS[phase](app, db_path, args))
     finally:
         app.close()
         if args.keep_db:
