@@ -51,8 +51,8 @@ def start(app: App, what: str, *, scheduler: bool, worker: bool, api: bool) -> N
 def tune_gc(settings: Settings) -> None:
     """Collect less often than Python's default: every run, request and claim allocates
     objects that die young (no cycle), and a pass every 700 of them cost a busy worker 4-7 %
-    of its CPU and the API's bulk create 15-25 % of its rate. What start-up made (modules, the app, the store) lives as long as
-    the process, so it is frozen out of every pass."""
+    of its CPU and the API's bulk create 15-25 % of its rate. What start-up made (modules,
+    the app, the store) lives as long as the process, so it is frozen out of every pass."""
     gc.freeze()
     if settings.gc_threshold:
         _, older, oldest = gc.get_threshold()
