@@ -234,13 +234,12 @@ class PostgresStore(SQLStore):
     def _lock_shard_map(self, c: Connection) -> None:
         c.execute(self._q["shard_map_lock"])
 
-    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
+    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> None:
         """One statement over the batch as a JSON array: the jobs' INSERT ... RETURNING feeds
         the events' (a pipelined statement per job cost a keyed batch create about a third of
         its client CPU, and the jobs were read back after)."""
         params = {"rows": batch_json(rows), "now": now, "kind": JobEventKind.CREATED.value}
-        created: list[Row] = c.execute(self._q["jobs_insert_created"], params).fetchall()
-        return created
+        c.execute(self._q["jobs_insert_created"], params)
 
     def _insert_runs(
         self, c: Connection, rows: Sequence[Mapping[str, Any]], new_jobs: bool

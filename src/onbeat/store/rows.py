@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -176,6 +176,31 @@ def job_of(r: sqlite3.Row) -> Job:
         shard=r["shard"],
         created_at=from_us(r["created_at"]),
         updated_at=from_us(r["updated_at"]),
+    )
+
+
+def new_job_of(new: NewJob, row: Mapping[str, Any]) -> Job:
+    """The Job that a new job's row (``_job_row``'s) stores, built from what was submitted
+    rather than read back: reading 1,000 rows back cost a bulk create 10-15 us a job. Equal to
+    ``job_of`` of the stored row (the store contract holds it so)."""
+    return Job(
+        id=row["id"],
+        task=new.task,
+        params=json.loads(row["params"]),  # a copy, as a read gives: not the caller's dict
+        schedule=new.schedule,
+        retry=new.retry,
+        timeout=new.timeout,
+        overlap=new.overlap,
+        misfire=new.misfire,
+        catchup_window=new.catchup_window,
+        priority=new.priority,
+        jitter=new.jitter,
+        tenant=new.tenant,
+        status=JobStatus(row["status"]),
+        next_fire_at=opt_dt(row["next_fire_at"]),
+        shard=row["shard"],
+        created_at=from_us(row["now"]),
+        updated_at=from_us(row["now"]),
     )
 
 

@@ -175,15 +175,13 @@ class SQLiteStore(SQLStore):
             return set(ids)
         return {r[0] for r in c.execute(Q["executions_existing"], {"ids": batch_json(ids)})}
 
-    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
-        """The jobs, their events, then the jobs read back: SQLite has no data-modifying CTE
-        (and its ``executemany`` costs no round trip)."""
+    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> None:
+        """The jobs, then their events: SQLite has no data-modifying CTE (and its
+        ``executemany`` costs no round trip)."""
         c.executemany(Q["job_insert"], rows)
-        created = [row["id"] for row in rows]
         kind = JobEventKind.CREATED.value
-        c.executemany(Q["job_event_insert"], [{"id": i, "kind": kind, "now": now} for i in created])
-        found: list[Row] = c.execute(Q["jobs_by_ids"], {"ids": batch_json(created)}).fetchall()
-        return found
+        events = [{"id": row["id"], "kind": kind, "now": now} for row in rows]
+        c.executemany(Q["job_event_insert"], events)
 
     def _start_runs(
         self, c: Connection, ids: Sequence[str], owner: str, lease_expires_at: int, now: int

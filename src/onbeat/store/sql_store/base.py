@@ -162,9 +162,8 @@ class SQLBase:
         """Make ``shard_acquire``'s read of the live schedulers and leases, and the share it takes
         from them, one at a time across processes."""
 
-    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> list[Row]:
-        """Insert new jobs (``rows``: ``job_insert``'s parameters) and their creation events;
-        returns the jobs' rows as stored."""
+    def _insert_jobs(self, c: Connection, rows: Sequence[Mapping[str, Any]], now: int) -> None:
+        """Insert new jobs (``rows``: ``job_insert``'s parameters) and their creation events."""
         raise NotImplementedError
 
     def _insert_runs(

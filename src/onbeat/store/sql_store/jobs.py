@@ -45,6 +45,7 @@ from onbeat.store.rows import (
     fingerprint,
     from_us,
     job_of,
+    new_job_of,
     policy_columns,
     readable_job,
     schedule_columns,
@@ -96,6 +97,7 @@ class JobTransactions(LimitTransactions):
         # server ends after IDLE_IN_TRANSACTION_TIMEOUT (a batch of 1,000 cron jobs).
         made = [self._job_row(new, now, queue_within) for new in news]
         rows: list[dict[str, Any]] = []
+        created: dict[str, Job] = {}
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
         keys: list[dict[str, str]] = []
         # A job replayed from the store, or (the id of a job this batch creates, replayed).
@@ -121,13 +123,15 @@ class JobTransactions(LimitTransactions):
                         | {"fingerprint": submitted, "job_id": row["id"]}
                     )
                 rows.append(row)
+                created[row["id"]] = new_job_of(new, row)
                 if first:
                     firsts.append((row["id"], row["shard"], new.priority, first))
                     if first.status is ExecutionStatus.QUEUED:
                         item = QueueItem(first.id, first.due_at, new.priority, row["shard"])
                         queued[row["id"]] = item
                 answers.append((row["id"], False))
-            jobs_rows = self._insert_jobs(c, rows, to_us(now)) if rows else []
+            if rows:
+                self._insert_jobs(c, rows, to_us(now))
             if keys:
                 # Of concurrent submissions under one key, the others wait for the first to
                 # commit and insert nothing: rolled back, the retry replays the first's job.
@@ -136,11 +140,10 @@ class JobTransactions(LimitTransactions):
                 if len(inserted) < len(keys):
                     raise _KeyTaken
             self._insert_planned(c, firsts, new_jobs=True)
-        jobs = {r["id"]: job_of(r) for r in jobs_rows}
         return [
             CreatedJob(a, replayed=True)
             if isinstance(a, Job)
-            else CreatedJob(jobs[a[0]], replayed=a[1], queued=None if a[1] else queued.get(a[0]))
+            else CreatedJob(created[a[0]], replayed=a[1], queued=None if a[1] else queued.get(a[0]))
             for a in answers
         ]
 

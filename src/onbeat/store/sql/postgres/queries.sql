@@ -18,7 +18,7 @@
 
 -- name: jobs_insert_created
 -- A batch of new jobs (:rows, a JSON array of job_insert rows as SQLite's) and their creation
--- events in one statement; the jobs' rows come back as stored, in id order.
+-- events in one statement. Nothing comes back: the caller built every column's value.
 WITH created AS (
     INSERT INTO jobs (id, tenant, task, params, schedule_kind, schedule_expression, schedule_at,
                       timezone, max_attempts, backoff_base, backoff_cap, timeout, overlap,
@@ -34,14 +34,11 @@ WITH created AS (
         backoff_base double precision, backoff_cap double precision, timeout double precision,
         overlap text, misfire text, catchup_window double precision, priority integer,
         jitter double precision, status text, next_fire_at bigint, shard integer)
-    RETURNING *
-), events AS (
-    INSERT INTO job_events (job_id, at, kind, schedule_kind, schedule_expression, schedule_at,
-                            timezone)
-    SELECT id, :now, :kind, schedule_kind, schedule_expression, schedule_at, timezone
-    FROM created
+    RETURNING id, schedule_kind, schedule_expression, schedule_at, timezone
 )
-SELECT * FROM created ORDER BY id;
+INSERT INTO job_events (job_id, at, kind, schedule_kind, schedule_expression, schedule_at, timezone)
+SELECT id, :now, :kind, schedule_kind, schedule_expression, schedule_at, timezone
+FROM created;
 
 -- name: job_get
 SELECT * FROM jobs WHERE id = :id;
