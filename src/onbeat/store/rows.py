@@ -181,7 +181,7 @@ def job_of(r: sqlite3.Row) -> Job:
 
 def new_job_of(new: NewJob, row: Mapping[str, Any]) -> Job:
     """The Job that a new job's row (``_job_row``'s) stores, built from what was submitted
-    rather than read back: reading 1,000 rows back cost a bulk create 10-15 us a job. Equal to
+    rather than read back (a bulk create's ``submit_many``: 55-56 -> 51 us a job). Equal to
     ``job_of`` of the stored row (the store contract holds it so)."""
     return Job(
         id=row["id"],

@@ -97,7 +97,6 @@ class JobTransactions(LimitTransactions):
         # server ends after IDLE_IN_TRANSACTION_TIMEOUT (a batch of 1,000 cron jobs).
         made = [self._job_row(new, now, queue_within) for new in news]
         rows: list[dict[str, Any]] = []
-        created: dict[str, Job] = {}
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
         keys: list[dict[str, str]] = []
         # A job replayed from the store, or (the id of a job this batch creates, replayed).
@@ -123,7 +122,6 @@ class JobTransactions(LimitTransactions):
                         | {"fingerprint": submitted, "job_id": row["id"]}
                     )
                 rows.append(row)
-                created[row["id"]] = new_job_of(new, row)
                 if first:
                     firsts.append((row["id"], row["shard"], new.priority, first))
                     if first.status is ExecutionStatus.QUEUED:
@@ -140,6 +138,10 @@ class JobTransactions(LimitTransactions):
                 if len(inserted) < len(keys):
                     raise _KeyTaken
             self._insert_planned(c, firsts, new_jobs=True)
+        # After the commit, as the rows are made before it: not time idle in the transaction.
+        created = {
+            row["id"]: new_job_of(new, row) for new, (row, _) in zip(news, made, strict=True)
+        }
         return [
             CreatedJob(a, replayed=True)
             if isinstance(a, Job)
