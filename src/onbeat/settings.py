@@ -87,8 +87,8 @@ class Settings(BaseSettings):
         description="Objects allocated (less those freed) between the garbage collector's "
         "passes over new objects in `onbeat up`, `scheduler`, `worker` and `api`; 0: Python's "
         "default (700). At 700 a busy worker spent 4-7 % of its CPU in those passes, and the "
-        "bulk create ran 15-25 % slower (docs/performance.md). What the process made while starting is frozen out of every "
-        "pass either way.",
+        "bulk create ran 15-25 % slower (docs/performance.md). What the process made while "
+        "starting is frozen out of every pass either way.",
     )
 
     # --- the REST API ----------------------------------------------------------------------

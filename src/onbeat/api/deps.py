@@ -15,9 +15,9 @@ from onbeat.app import App
 from onbeat.errors import ValidationError
 
 DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
 PLAIN_VALUES: TypeAdapter[Any] = TypeAdapter(Any)
 """Writes plain values (datetimes, enums, dicts) as pydantic writes them in a model."""
-MAX_LIMIT = 500
 
 
 async def _onbeat_app(request: Request) -> App:

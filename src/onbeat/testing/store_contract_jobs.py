@@ -7,7 +7,7 @@ A mixin of the contract suite (see :mod:`onbeat.testing.store_contract` for the 
 from __future__ import annotations
 
 import tempfile
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,6 @@ from onbeat.model import (
     Trigger,
 )
 from onbeat.queue.base import QueueItem
-from onbeat.schedule import Schedule
 from onbeat.store.base import NewJob, Store
 from onbeat.testing.clock import FakeClock
 from onbeat.testing.store_contract import (
@@ -48,6 +47,7 @@ from onbeat.testing.store_contract import (
     _pending,
     _runs,
 )
+from onbeat.testing.strategies import submissions
 
 __all__ = ["JobsContract"]
 
@@ -189,7 +189,7 @@ class JobsContract:
         other zones would be written otherwise by the API)."""
 
         @settings(max_examples=30, deadline=None, database=None)
-        @given(st.lists(_SUBMISSIONS, min_size=1, max_size=6))
+        @given(st.lists(submissions(), min_size=1, max_size=6))
         def created_as_stored(news: list[NewJob]) -> None:
             clock = FakeClock()
             with (
@@ -452,45 +452,3 @@ def _check_keyed_batches(
         assert len(store.job_list(limit=1000)) == jobs
         for (tenant, key), (which, i) in seen.items():
             keys[(tenant, key)] = (which, created[i].job.id, elapsed)
-
-
-_JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-    max_leaves=6,
-)
-_SCHEDULES = st.one_of(
-    st.builds(
-        lambda cron, zone: Schedule.parse(cron=cron, timezone=zone),
-        st.sampled_from(["* * * * *", "30 2 * * *", "*/7 * * * * *", "0 0 29 2 *"]),
-        st.sampled_from(["UTC", "Europe/Paris", "Australia/Lord_Howe"]),
-    ),
-    st.builds(
-        lambda seconds, offset: Schedule.parse(
-            at=(datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)).astimezone(
-                timezone(timedelta(minutes=offset))
-            )
-        ),
-        st.floats(-86_400, 10**8).map(lambda s: round(s, 6)),
-        st.integers(-12 * 60, 14 * 60),
-    ),
-    st.just(Schedule.parse()),
-)
-_SUBMISSIONS = st.builds(
-    NewJob,
-    task=st.sampled_from(["tasks.noop", "tâche.ü"]),
-    params=st.dictionaries(st.text(max_size=8), _JSON, max_size=4),
-    schedule=_SCHEDULES,
-    retry=st.builds(RetryPolicy, st.integers(1, 50), st.floats(0, 1e4), st.floats(0, 1e6)),
-    timeout=st.none() | st.floats(0.001, 1e6),
-    overlap=st.sampled_from(OverlapPolicy),
-    misfire=st.sampled_from(MisfirePolicy),
-    catchup_window=st.floats(0, 1e6),
-    priority=st.integers(-100, 100),
-    jitter=st.floats(0, 3600),
-    tenant=st.sampled_from(["default", "acme"]),
-)
