@@ -161,6 +161,16 @@ async def test_rest_create__lost_commit_the_server_cannot_settle__504_outcome_un
     assert again.status_code == 201, again.text
 
 
+def _seems_restarted(store: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every settled COMMIT seem to have been sent before a server restart: the server's
+    start time read before it is an hour earlier than the one read after."""
+    assert isinstance(store, PostgresStore)
+    before_restart = store._q["transaction_id_if_assigned"].replace(
+        "pg_postmaster_start_time()", "pg_postmaster_start_time() - interval '1 hour'"
+    )
+    monkeypatch.setattr(store, "_q", {**store._q, "transaction_id_if_assigned": before_restart})
+
+
 def test_claim__commit_answer_lost_across_a_server_restart__is_taken_as_not_committed(
     gated: Gated, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,13 +178,9 @@ def test_claim__commit_answer_lost_across_a_server_restart__is_taken_as_not_comm
     a restart pg_xact_status may say "committed" of another transaction (S6: a worker started a
     run whose lost confirm it took for committed, and the run ran again elsewhere). The settle
     answers "not committed" then; here the claim did commit, and the server seems to have
-    restarted since the COMMIT was sent (its start time read before it is an hour earlier)."""
+    restarted since the COMMIT was sent."""
     store = gated.app.store
-    assert isinstance(store, PostgresStore)
-    before_restart = store._q["transaction_id_if_assigned"].replace(
-        "pg_postmaster_start_time()", "pg_postmaster_start_time() - interval '1 hour'"
-    )
-    monkeypatch.setattr(store, "_q", {**store._q, "transaction_id_if_assigned": before_restart})
+    _seems_restarted(store, monkeypatch)
     job = store.job_create(_new()).job
     run = _only_run(store, job.id)
     assert run.id in _ids(_dispatch(store))
@@ -185,3 +191,47 @@ def test_claim__commit_answer_lost_across_a_server_restart__is_taken_as_not_comm
     stored = gated.direct.store.execution_get(run.id)
     assert stored is not None  # committed all the same: it waits out its lease, then runs again
     assert (stored.status, stored.lease_owner) == (ExecutionStatus.RUNNING, WORKER)
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["committed", "rolled-back"])
+async def test_rest_create__commit_answer_lost_across_a_server_restart__settled_by_its_jobs(
+    gated: Gated, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, delivered: bool
+) -> None:
+    """Across a restart the server's word on a transaction id cannot be trusted, so a create
+    asks whether its first new job is stored. Regression (S6 in CI, at ``pg_ctl restart -m
+    fast``): it answered every such loss 503 "nothing was changed", so the load generator sent
+    its unkeyed batch again and the first copy's 50 jobs ran unacknowledged."""
+    _seems_restarted(gated.app.store, monkeypatch)
+    cut = gated.gate.cut_at_commit(delivered=delivered, after=JOBS_INSERT)
+    response = await client.post("/jobs/batch", json={"jobs": [{"task": "echo"}] * 3})
+    assert cut.wait(CUT_WITHIN)
+    if delivered:
+        assert response.status_code == 201, response.text
+        answered = sorted(job["id"] for job in response.json()["items"])
+        assert answered == sorted(_stored_job_ids(gated))
+        assert len(answered) == 3
+    else:
+        assert response.status_code == 503, response.text
+        assert "nothing was changed" in response.json()["detail"]
+        assert _stored_job_ids(gated) == []
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["committed", "rolled-back"])
+def test_run_now__commit_answer_lost_across_a_server_restart__settled_by_its_run(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch, delivered: bool
+) -> None:
+    """A manual run sent again makes a second one, so its lost COMMIT is settled by the run."""
+    store = gated.app.store
+    job = store.job_create(_new()).job
+    first = _only_run(store, job.id)
+    _seems_restarted(store, monkeypatch)
+    cut = gated.gate.cut_at_commit(delivered=delivered, after=b"INSERT INTO runs")
+    if delivered:
+        run = store.job_run_now(job.id)
+    else:
+        with pytest.raises(StoreUnavailableError) as raised:
+            store.job_run_now(job.id)
+        assert not isinstance(raised.value, StoreOutcomeUnknownError)
+    assert cut.wait(CUT_WITHIN)
+    stored = {r.id for r in gated.direct.store.execution_list(job.id)} - {first.id}
+    assert stored == ({run.id} if delivered else set())

@@ -26,7 +26,7 @@ from onbeat.errors import StoreOpenError, StoreWriteRefusedError
 from onbeat.model import JobEventKind
 from onbeat.settings import DEFAULT_SHARDS
 from onbeat.store.queries import load_queries, migrations
-from onbeat.store.sql_store import Connection, Row, SQLStore
+from onbeat.store.sql_store import Connection, Row, SQLStore, Witness
 
 Q = load_queries("sqlite")
 BUSY_TIMEOUT = 30.0
@@ -77,12 +77,14 @@ class SQLiteStore(SQLStore):
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
-    def _tx(self, settle: bool = False) -> Iterator[sqlite3.Connection]:
+    def _tx(
+        self, settle: bool = False, witness: Witness | None = None
+    ) -> Iterator[sqlite3.Connection]:
         """A write transaction. A write the database refuses (disk full, read-only file, I/O
         error) is rolled back, remembered (``write_refusal``) and raised as
         StoreWriteRefusedError; a failed COMMIT is rolled back too, so the connection never
         stays inside a dead transaction. (Nothing to ``settle``: the file is local, so a COMMIT
-        either commits or fails and changes nothing.)"""
+        either commits or fails and changes nothing, and no ``witness`` is needed.)"""
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")

@@ -14,7 +14,7 @@ says what each method guarantees.
 """
 
 from onbeat.store.sql_store.alerts import AlertTransactions
-from onbeat.store.sql_store.base import Connection, Cursor, Row, SQLBase, retried
+from onbeat.store.sql_store.base import Connection, Cursor, Row, SQLBase, Witness, retried
 from onbeat.store.sql_store.dashboard import DashboardReads
 from onbeat.store.sql_store.history import HistoryTransactions
 from onbeat.store.sql_store.jobs import JobTransactions
@@ -22,7 +22,7 @@ from onbeat.store.sql_store.registry import RegistryTransactions
 from onbeat.store.sql_store.runs import RunTransactions
 from onbeat.store.sql_store.scheduling import SchedulingTransactions
 
-__all__ = ["Connection", "Cursor", "Row", "SQLBase", "SQLStore", "retried"]
+__all__ = ["Connection", "Cursor", "Row", "SQLBase", "SQLStore", "Witness", "retried"]
 
 
 class SQLStore(

@@ -119,6 +119,12 @@ class Connection(Protocol):
     def executemany(self, sql: str, parameters: Iterable[Mapping[str, Any]], /) -> object: ...
 
 
+Witness = Callable[[Connection], bool]
+"""Whether what only one transaction writes (a new job's id) is stored, asked on another
+connection: it settles that transaction's COMMIT whose answer was lost across a server restart,
+where the server's own word on it may be another transaction's."""
+
+
 class SQLBase:
     """What every role's transactions rest on: the backend's hooks and the writes that several
     roles share (planning a job's next run, inserting and ending runs, reading them back)."""
@@ -134,12 +140,16 @@ class SQLBase:
     """Errors by which the backend aborts a transaction for a conflict; it is run again."""
 
     # --- what a backend provides ------------------------------------------------------------
-    def _tx(self, settle: bool = False) -> AbstractContextManager[Connection]:
+    def _tx(
+        self, settle: bool = False, witness: Witness | None = None
+    ) -> AbstractContextManager[Connection]:
         """A write transaction, committed when the block ends, rolled back if it raises.
         ``settle``: the API's writes, whose client, told that nothing changed, sends the change
         again. Where the connection to the store can be lost while COMMIT awaits its answer,
         such a loss is settled by asking the store whether it committed; without ``settle`` it
-        raises StoreOutcomeUnknownError (which the services' idempotent writes just retry)."""
+        raises StoreOutcomeUnknownError (which the services' idempotent writes just retry).
+        ``witness``: for a write that a retry would apply twice (a create), what settles it
+        where the store's own answer cannot be trusted (across a server restart)."""
         raise NotImplementedError
 
     def _read(self) -> AbstractContextManager[Connection]:

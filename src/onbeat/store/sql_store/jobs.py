@@ -102,7 +102,17 @@ class JobTransactions(LimitTransactions):
         # A job replayed from the store, or (the id of a job this batch creates, replayed).
         answers: list[Job | tuple[str, bool]] = []
         queued: dict[str, QueueItem] = {}
-        with self._tx(settle=True) as c:
+
+        def committed(c: Connection) -> bool:
+            """Whether the batch's first new job is stored: its id is new, so only this
+            transaction could have stored it (a retry after a 503 would create them all again).
+            A batch of replays only wrote nothing that counts: its answers stand."""
+            return (
+                not rows
+                or c.execute(self._q["job_get"], {"id": rows[0]["id"]}).fetchone() is not None
+            )
+
+        with self._tx(settle=True, witness=committed) as c:
             stored = self._stored_keys(c, news, now)
             new_keys: dict[tuple[str, str], tuple[str, str]] = {}
             for new, (row, first) in zip(news, made, strict=True):
@@ -374,16 +384,21 @@ class JobTransactions(LimitTransactions):
     @retried
     def job_run_now(self, job_id: str) -> Execution:
         now = self.now()
-        with self._tx(settle=True) as c:
+        run = planned(now, 0.0, trigger=Trigger.MANUAL)
+
+        def committed(c: Connection) -> bool:
+            """Whether the new run is stored (a retry would make a second one)."""
+            return c.execute(self._q["execution_get"], {"id": run.id}).fetchone() is not None
+
+        with self._tx(settle=True, witness=committed) as c:
             job = job_of(self._job_for_update(c, job_id))
             if job.status in (JobStatus.CANCELLED, JobStatus.PAUSED):
                 raise ConflictError(f"job {job_id!r} is {job.status.value}; resume it first")
             # Two manual runs requested in the same microsecond are two runs, not one.
-            while True:
-                run = planned(now, 0.0, trigger=Trigger.MANUAL)
-                if self._insert_executions(c, job_id, job.shard, job.priority, [run]):
-                    return self._execution(c, run.id)
+            while not self._insert_executions(c, job_id, job.shard, job.priority, [run]):
                 now += timedelta(microseconds=1)
+                run = planned(now, 0.0, trigger=Trigger.MANUAL)
+            return self._execution(c, run.id)
 
     def execution_get(self, execution_id: str) -> Execution | None:
         with self._read() as c:
