@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import uvicorn
 from anyio import to_thread
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from onbeat.api.app import create_app
 from onbeat.api.middleware import MAX_HEAD_BYTES
@@ -18,6 +19,36 @@ from onbeat.metrics import Metrics
 ROUTE_THREADS = 8
 """Requests served at once by sync routes: one per connection of the PostgreSQL store's pool
 (``onbeat.store.postgres_session.POOL_SIZE``, not imported: an embedded node does not load psycopg)."""
+
+
+class _BoundedHeadProtocol(HttpToolsProtocol):
+    """uvicorn's protocol on httptools (llhttp, in C), bounded as h11 is: a head still arriving
+    is cut off (400) once more than ``MAX_HEAD_BYTES`` of it came in after the read that began
+    it, where httptools alone buffers one without limit (it took a 20 MB header). The exact
+    limit on a whole head is RequestSizeMiddleware's 431."""
+
+    _head_bytes = 0
+    """Bytes read since the read in which the head being parsed began, while it is."""
+    _reading_head = False
+    _head_began = False
+    """Whether a message began in the read being parsed (its head's bytes in it are unknown)."""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes, self._reading_head, self._head_began = 0, True, True
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = False
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        self._head_began = False
+        super().data_received(data)
+        if not self._reading_head or self._head_began or self.transport.is_closing():
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self.send_400_response("Request head too large")
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -54,11 +85,7 @@ async def serve_api(
         host=host,
         port=port,
         lifespan="off",
-        # h11 answers 400 once a head still arriving holds more than this; uvicorn's default
-        # parser whenever it is importable (httptools, as with uvicorn[standard]) buffers a head
-        # without limit (it took a 20 MB header). The exact limit is RequestSizeMiddleware's.
-        http="h11",
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        http=_BoundedHeadProtocol,
         log_level="warning",
         log_config=None,  # keep the node's logging setup
         access_log=False,
