@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-import onbeat.store.postgres
+import onbeat.store.postgres_settle
 from onbeat import App
 from onbeat.api import create_app
 from onbeat.errors import StoreOutcomeUnknownError, StoreUnavailableError
@@ -146,7 +146,7 @@ async def test_rest_create__lost_commit_the_server_cannot_settle__504_outcome_un
     """The gate shuts with the cut: the server cannot be asked within the settle timeout, so the
     API says the create may have been applied (no Retry-After: sending it again could apply it
     twice); the server did commit it."""
-    monkeypatch.setattr(onbeat.store.postgres, "SETTLE_TIMEOUT", 1.0)
+    monkeypatch.setattr(onbeat.store.postgres_settle, "SETTLE_TIMEOUT", 1.0)
     cut = gated.gate.cut_at_commit(delivered=True, shut=True, after=JOBS_INSERT)
     response = await client.post("/jobs/batch", json={"jobs": [{"task": "echo"}] * 2})
     assert cut.wait(CUT_WITHIN)

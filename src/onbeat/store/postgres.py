@@ -43,13 +43,16 @@ from onbeat.store.postgres_session import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     POOL_SIZE,
     RECONNECT_TIMEOUT,
+    UNREACHABLE,
     Row,
     StoreConnection,
     configure_session,
     postgres_queries,
     reconnect_at_once,
     row_factory,
+    why,
 )
+from onbeat.store.postgres_settle import committed
 from onbeat.store.queries import migrations
 from onbeat.store.rows import MAX_US, to_us
 from onbeat.store.sql_store import Connection, SQLStore, Witness
@@ -63,12 +66,6 @@ CLOCK_READ_MAX_ROUND_TRIP = 0.5
 ``PostgresStore._read_server_clock``)."""
 Anchor = tuple[float, datetime]
 """(monotonic instant, the server's clock at it)."""
-SETTLE_TIMEOUT = 15.0
-"""Seconds a write whose COMMIT lost its answer waits for the server to say whether it committed
-(a restart, even a crash recovery, answers within a few): past that the caller is told the
-outcome is unknown."""
-SETTLE_PAUSE = 0.1
-"""Seconds between two asks while the server cannot say."""
 MIGRATION_LOCK = 7243000000
 """Advisory lock key: one process at a time applies migrations."""
 _REFUSED = (psycopg.errors.DiskFull, psycopg.errors.ReadOnlySqlTransaction)
@@ -79,13 +76,6 @@ _BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
 """History upkeep's DDL gave way to the runs' transactions: it is tried again at the next pass."""
 HISTORY_TABLES = ("execution_history", "attempts")
 """The tables partitioned by day of fire time, with the same bounds."""
-_UNREACHABLE = (
-    psycopg.OperationalError,
-    PoolTimeout,
-    psycopg.errors.IdleInTransactionSessionTimeout,
-)
-"""The server cannot be reached (down, restarting, connection lost, or the session ended because
-this process stalled inside a transaction): StoreUnavailableError."""
 
 
 class PostgresStore(SQLStore):
@@ -137,7 +127,7 @@ class PostgresStore(SQLStore):
                 self._server_anchor = self._read_server_clock()
         except (psycopg.Error, PoolTimeout, StoreWriteRefusedError) as exc:
             self._pool.close()
-            raise StoreOpenError(redact_url(url), _why(exc)) from exc
+            raise StoreOpenError(redact_url(url), why(exc)) from exc
 
     # --- plumbing ---------------------------------------------------------------------------
     @contextmanager
@@ -148,7 +138,7 @@ class PostgresStore(SQLStore):
         (StoreUnavailableError); one lost in COMMIT leaves the outcome unknown, for the server
         may have committed before its answer was lost. With ``settle`` the transaction's id is
         read before COMMIT and, on such a loss, the server asked once it answers again whether
-        it committed (``_committed``; across a restart, the ``witness`` if there is one): if it
+        it committed (``postgres_settle``; across a restart, the ``witness`` if any): if it
         did, the block's results stand and the loss is no error. Otherwise
         StoreUnavailableError, or without ``settle`` StoreOutcomeUnknownError."""
         committing, xid, server_started = False, None, None
@@ -166,87 +156,23 @@ class PostgresStore(SQLStore):
             raise StoreWriteRefusedError(self._write_refused) from exc
         except _CONFLICTS:
             raise  # SQLStore runs the transaction again
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             unreachable = self._unreachable(exc)
             if not committing or isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout):
                 raise unreachable from exc  # the server rolled it back
             if not settle:
-                raise StoreOutcomeUnknownError(f"PostgreSQL: {_why(exc)}") from exc
+                raise StoreOutcomeUnknownError(f"PostgreSQL: {why(exc)}") from exc
             if xid is None:
                 return  # it wrote nothing: its reads stand, committed or not
-            if not self._committed(xid, server_started, exc, witness):
+            if not committed(self._pool, xid, server_started, exc, witness):
                 raise unreachable from exc
-
-    def _committed(
-        self, xid: int, server_started: datetime | None, lost: Exception, witness: Witness | None
-    ) -> bool:
-        """Whether transaction ``xid``, whose COMMIT lost its answer, committed:
-        ``pg_xact_status``, asked until the server says, for at most ``SETTLE_TIMEOUT`` seconds
-        (StoreOutcomeUnknownError then). An id the server calls "in the future" is one a crash
-        took back with everything it wrote.
-
-        If the server restarted since ``server_started`` (when it had started, read before the
-        COMMIT), the answer is "not committed", whatever the status says: a crash loses the ids
-        whose WAL was not flushed, and the server gives them out again, so "committed" may be
-        another transaction's (fault suite S6: a worker took a lost confirm for committed and
-        started a run the store still had as unconfirmed, which then ran again elsewhere). A
-        transaction that did commit then reads as failed: the runs it took wait out their
-        lease and run again, at least once, never twice at a time. A write that a retry would
-        apply twice brings a ``witness`` instead, asked then: after a restart nothing from
-        before it is still in progress, so what it finds is the outcome (S6 again: a batch
-        create committed at ``pg_ctl restart -m fast`` was answered 503, sent again, and the
-        first copy's 50 jobs ran unacknowledged)."""
-        deadline = time.monotonic() + SETTLE_TIMEOUT
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                with self._pool.connection(timeout=left) as conn:
-                    row = conn.execute(self._q["transaction_status"], {"xid": xid}).fetchone()
-            except psycopg.errors.InvalidParameterValue:
-                return False
-            except _UNREACHABLE:
-                row = None
-            if row is not None and row[1] != server_started:
-                if witness is not None:
-                    committed = self._witnessed(witness, deadline)
-                    log.info(
-                        "a transaction whose COMMIT lost its answer across a server restart"
-                        " %s, as what it wrote shows",
-                        "committed" if committed else "did not commit",
-                    )
-                    return committed
-                log.warning(
-                    "a transaction whose COMMIT lost its answer is taken as not committed: the"
-                    " server restarted since, and may have given its id to another transaction"
-                )
-                return False
-            if row is not None and row[0] in ("committed", "aborted"):
-                log.info("a transaction whose COMMIT lost its answer was %s", row[0])
-                return bool(row[0] == "committed")
-            time.sleep(min(SETTLE_PAUSE, max(0.0, deadline - time.monotonic())))
-        raise StoreOutcomeUnknownError(
-            f"PostgreSQL: {_why(lost)}; the server did not say within {SETTLE_TIMEOUT:g}s"
-            " whether the transaction committed"
-        ) from lost
-
-    def _witnessed(self, witness: Witness, deadline: float) -> bool:
-        """What ``witness`` finds, asked until the server answers, up to ``deadline``."""
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                with self._pool.connection(timeout=left) as conn:
-                    return witness(StoreConnection(conn))
-            except _UNREACHABLE:
-                time.sleep(min(SETTLE_PAUSE, max(0.0, deadline - time.monotonic())))
-        raise StoreOutcomeUnknownError(
-            f"PostgreSQL: the server restarted and did not say within {SETTLE_TIMEOUT:g}s"
-            " whether a transaction whose COMMIT lost its answer committed"
-        )
 
     @contextmanager
     def _read(self) -> Iterator[StoreConnection]:
         try:
             with self._pool.connection() as conn:
                 yield StoreConnection(conn)
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             raise self._unreachable(exc) from exc
 
     def _unreachable(self, exc: Exception) -> StoreUnavailableError:
@@ -255,7 +181,7 @@ class PostgresStore(SQLStore):
         dead, and without the check each would fail one pass of its own (and back it off)."""
         if isinstance(exc, psycopg.OperationalError) and not self._pool.closed:
             self._pool.check()
-        return StoreUnavailableError(f"PostgreSQL: {_why(exc)}")
+        return StoreUnavailableError(f"PostgreSQL: {why(exc)}")
 
     def _lock_jobs_of_runs(self, c: Connection, execution_ids: Sequence[str]) -> None:
         if execution_ids:
@@ -540,15 +466,10 @@ def pending_migrations(url: str) -> list[int]:
                 return versions
             applied = {r[0] for r in conn.execute("SELECT version FROM onbeat_migrations")}
     except psycopg.Error as exc:
-        raise StoreOpenError(redact_url(url), _why(exc)) from exc
+        raise StoreOpenError(redact_url(url), why(exc)) from exc
     return [v for v in versions if v not in applied]
 
 
 def _day_number(yyyymmdd: str) -> int:
     """The UTC day number of a partition's ``YYYYMMDD`` suffix."""
     return int(datetime.strptime(yyyymmdd, "%Y%m%d").replace(tzinfo=UTC).timestamp()) // 86_400
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

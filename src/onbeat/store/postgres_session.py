@@ -14,8 +14,9 @@ from functools import partial
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.rows import RowMaker
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from onbeat.store.queries import load_queries
 from onbeat.store.sql_store import Cursor
@@ -177,3 +178,18 @@ def configure_session(conn: psycopg.Connection[Any]) -> None:
         f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)};"
         f" SELECT pg_advisory_lock_shared({SESSION_MARKER_LOCK})"
     )
+
+
+UNREACHABLE = (
+    psycopg.OperationalError,
+    PoolTimeout,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
+"""The server cannot be reached (down, restarting, connection lost, or the session ended because
+this process stalled inside a transaction): StoreUnavailableError."""
+
+
+def why(exc: BaseException) -> str:
+    """The first line of an error's message, for the store's own errors."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
