@@ -235,3 +235,23 @@ def test_run_now__commit_answer_lost_across_a_server_restart__settled_by_its_run
     assert cut.wait(CUT_WITHIN)
     stored = {r.id for r in gated.direct.store.execution_list(job.id)} - {first.id}
     assert stored == ({run.id} if delivered else set())
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["committed", "rolled-back"])
+def test_api_key_create__commit_answer_lost_across_a_server_restart__settled_by_its_key(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch, delivered: bool
+) -> None:
+    """Sent again after a 503, a key create makes a second key, and the first one would stay
+    active with a secret no one was shown."""
+    _seems_restarted(gated.app.store, monkeypatch)
+    cut = gated.gate.cut_at_commit(delivered=delivered, after=b"INSERT INTO api_keys")
+    if delivered:
+        key, _ = gated.app.create_api_key("acme", "admin")
+        stored = [k.id for k in gated.direct.store.api_key_list()]
+        assert stored == [key.id]
+    else:
+        with pytest.raises(StoreUnavailableError) as raised:
+            gated.app.create_api_key("acme", "admin")
+        assert not isinstance(raised.value, StoreOutcomeUnknownError)
+        assert gated.direct.store.api_key_list() == []
+    assert cut.wait(CUT_WITHIN)

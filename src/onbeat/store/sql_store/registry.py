@@ -16,14 +16,19 @@ from onbeat.store.rows import (
     published_task_of,
     to_us,
 )
-from onbeat.store.sql_store.base import SQLBase, retried
+from onbeat.store.sql_store.base import Connection, SQLBase, retried
 
 
 class RegistryTransactions(SQLBase):
     """API keys, secrets and the task catalog workers publish."""
 
     def api_key_insert(self, key: ApiKey, key_hash: str) -> None:
-        with self._tx(settle=True) as c:
+        def committed(c: Connection) -> bool:
+            """Whether the key is stored: sent again, a second key would be made, the first
+            left active with a secret no one was shown."""
+            return c.execute(self._q["api_key_get"], {"id": key.id}).fetchone() is not None
+
+        with self._tx(settle=True, witness=committed) as c:
             c.execute(
                 self._q["api_key_insert"],
                 {
