@@ -164,7 +164,8 @@ class PostgresStore(SQLStore):
                 raise StoreOutcomeUnknownError(f"PostgreSQL: {why(exc)}") from exc
             if xid is None:
                 return  # it wrote nothing: its reads stand, committed or not
-            if not committed(self._pool, xid, server_started, exc, witness):
+            status_sql = self._q["transaction_status"]
+            if not committed(self._pool, status_sql, xid, server_started, exc, witness):
                 raise unreachable from exc
 
     @contextmanager

@@ -25,7 +25,6 @@ from onbeat.store.postgres_session import (
     UNREACHABLE,
     Row,
     StoreConnection,
-    postgres_queries,
     why,
 )
 from onbeat.store.sql_store import Witness
@@ -37,20 +36,20 @@ SETTLE_TIMEOUT = 15.0
 outcome is unknown."""
 SETTLE_PAUSE = 0.1
 """Seconds between two asks while the server cannot say."""
-_Q = postgres_queries()
 
 
 def committed(
     pool: ConnectionPool[psycopg.Connection[Row]],
+    status_sql: str,
     xid: int,
     server_started: datetime | None,
     lost: Exception,
     witness: Witness | None,
 ) -> bool:
-    """Whether transaction ``xid``, whose COMMIT lost its answer, committed: ``pg_xact_status``,
-    asked until the server says, for at most ``SETTLE_TIMEOUT`` seconds
-    (StoreOutcomeUnknownError then). An id the server calls "in the future" is one a crash took
-    back with everything it wrote.
+    """Whether transaction ``xid``, whose COMMIT lost its answer, committed: ``pg_xact_status``
+    (``status_sql``, the ``transaction_status`` statement), asked until the server says, for at
+    most ``SETTLE_TIMEOUT`` seconds (StoreOutcomeUnknownError then). An id the server calls "in
+    the future" is one a crash took back with everything it wrote.
 
     If the server restarted since ``server_started`` (when it had started, read before the
     COMMIT), the answer is the ``witness``'s, or else "not committed" whatever the status says
@@ -64,7 +63,7 @@ def committed(
     while (left := deadline - time.monotonic()) > 0:
         try:
             with pool.connection(timeout=left) as conn:
-                row = conn.execute(_Q["transaction_status"], {"xid": xid}).fetchone()
+                row = conn.execute(status_sql, {"xid": xid}).fetchone()
         except psycopg.errors.InvalidParameterValue:
             return False
         except UNREACHABLE:
