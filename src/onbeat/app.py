@@ -165,12 +165,20 @@ class App:
 
     def _create(self, news: Sequence[NewJob]) -> list[CreatedJob]:
         """Store the jobs; hand the runs created queued (due within the dispatch window) to the
-        delay queue, a dispatch fewer for each (``onbeat.queue.feeder``)."""
+        delay queue, a dispatch fewer for each (``onbeat.queue.feeder``); wake the schedulers
+        for the others (once for a group commit's batch, not once a job)."""
         feeder = self._queue_feeder()
         window = None if feeder is None else self.settings.window
         created = self.store.job_create_many(news, queue_within=window)
         if feeder is not None:
             feeder.enqueue([c.queued for c in created if c.queued is not None])
+        to_dispatch = [c for c in created if c.queued is None]  # the others are in the queue
+        dues = [c.job.next_fire_at for c in to_dispatch if c.job.next_fire_at is not None]
+        try:  # committed: nothing may fail the create now (a group commit would write it again)
+            if to_dispatch:
+                self._submitted(min(dues) if len(dues) == len(to_dispatch) else None)
+        except Exception:
+            log.exception("could not wake the schedulers: their next poll dispatches the jobs")
         return created
 
     def on_submit(self, listener: Callable[[], None]) -> None:
@@ -238,20 +246,22 @@ class App:
         per job, and a task found is kept ``PUBLISHED_TASK_TTL`` seconds (the API without the
         user's code needs one for every job submitted)."""
         wanted = set(names)
-        found: dict[str, Task | PublishedTask] = {
-            name: self.registry.get(name) for name in wanted if name in self.registry
-        }
-        now = self.clock.monotonic()
-        for name in wanted - found.keys():
-            kept = self._published.get(name)
-            if kept is not None and now < kept[1]:
-                found[name] = kept[0]
+        found = {name: task for name in wanted if (task := self.known_task(name)) is not None}
         unread = sorted(wanted - found.keys())
         if unread:
+            now = self.clock.monotonic()
             for task in self.store.task_catalog(self.settings.task_ttl, unread):
                 found[task.name] = task
                 self._published[task.name] = (task, now + PUBLISHED_TASK_TTL)
         return found
+
+    def known_task(self, name: str) -> Task | PublishedTask | None:
+        """The task if this process knows it without reading the store: registered here, or
+        read from the catalog within ``PUBLISHED_TASK_TTL`` seconds."""
+        if name in self.registry:
+            return self.registry.get(name)
+        kept = self._published.get(name)
+        return kept[0] if kept is not None and self.clock.monotonic() < kept[1] else None
 
     def list_tasks(self) -> list[Task | PublishedTask]:
         """Every task :meth:`get_task` knows, by name (this process's own first, where a worker
@@ -338,12 +348,12 @@ class App:
         refuses one (an idempotency key reused for another submission), none. One job submitted
         while other threads submit theirs may share their transaction, with what it would have
         had alone (``onbeat.group_commit``)."""
-        created = [self._creates.submit(jobs[0])] if len(jobs) == 1 else self._create(jobs)
-        to_dispatch = [c for c in created if c.queued is None]  # the others are in the queue
-        dues = [c.job.next_fire_at for c in to_dispatch if c.job.next_fire_at is not None]
-        if to_dispatch:
-            self._submitted(min(dues) if len(dues) == len(to_dispatch) else None)
-        return created
+        return [self._creates.submit(jobs[0])] if len(jobs) == 1 else self._create(jobs)
+
+    async def submit_async(self, job: NewJob) -> CreatedJob:
+        """:meth:`submit_many` of one job, for a caller on an event loop: it shares a
+        transaction with the jobs submitted at the same time, and holds no thread meanwhile."""
+        return await self._creates.submit_async(job)
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> Job:
         """The job; with ``tenant``, only if it belongs to that tenant (else NotFoundError, as if

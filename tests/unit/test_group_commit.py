@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -115,3 +116,81 @@ def test_a_keyboard_interrupt_reaches_every_caller_of_its_batch_and_the_next_sti
     with pytest.raises(KeyboardInterrupt):
         commit.submit("a")
     assert commit.submit("b") == "b"  # the writing ended with the interrupted batch
+
+
+async def _queued(commit: GroupCommit[str, str], count: int) -> None:
+    """Until ``count`` callers wait (the loop runs the async ones meanwhile)."""
+    queued = lambda: len(commit._waiting) >= count  # noqa: E731
+    await asyncio.to_thread(wait_until, queued, WAIT, f"{count} callers to queue")
+
+
+async def _async_during_a_held_write(
+    write: GatedWrite, commit: GroupCommit[str, str], others: list[str], first: str = "first"
+) -> tuple[asyncio.Future[str], list[asyncio.Task[str]]]:
+    """``first`` is written by the writer thread (an async caller alone) and held; ``others``
+    arrive on the loop while it is written."""
+    held = asyncio.ensure_future(commit.submit_async(first))
+    assert await asyncio.to_thread(write.entered.wait, WAIT)
+    later = [asyncio.create_task(commit.submit_async(item)) for item in others]
+    await _queued(commit, len(others))
+    write.release.set()
+    return held, later
+
+
+async def test_async_callers_share_a_write_made_by_the_writer_thread() -> None:
+    write = GatedWrite()
+    commit = GroupCommit(write)
+    first, later = await _async_during_a_held_write(write, commit, ["b", "c", "d"])
+    assert await asyncio.wait_for(first, WAIT) == "stored first"
+    assert await asyncio.wait_for(asyncio.gather(*later), WAIT) == [
+        "stored b",
+        "stored c",
+        "stored d",
+    ]
+    assert write.batches == [["first"], ["b", "c", "d"]]
+    assert commit._writer is not None and commit._writer.name == "onbeat-group-commit"
+    assert not commit._writing
+
+
+async def test_an_async_callers_error_is_its_own_and_the_others_are_stored() -> None:
+    write = GatedWrite(bad=frozenset({"c"}))
+    commit = GroupCommit(write)
+    _, (b, c, d) = await _async_during_a_held_write(write, commit, ["b", "c", "d"])
+    assert list(await asyncio.wait_for(asyncio.gather(b, d), WAIT)) == ["stored b", "stored d"]
+    with pytest.raises(ValidationError, match="reused"):
+        await asyncio.wait_for(c, WAIT)
+
+
+async def test_the_lead_passes_between_thread_and_async_callers() -> None:
+    """A thread's caller writes a batch with async callers in it, then an async caller at the
+    head of those waiting hands the next to the writer thread, and back: each caller gets its
+    own result and no batch is written twice."""
+    write = GatedWrite()
+    commit = GroupCommit(write, most=2)
+    pool = ThreadPoolExecutor(2)
+    loop = asyncio.get_running_loop()
+    first = loop.run_in_executor(pool, commit.submit, "first")  # a thread leads
+    assert await asyncio.to_thread(write.entered.wait, WAIT)
+    a1 = asyncio.create_task(commit.submit_async("a1"))
+    await _queued(commit, 1)
+    t1 = loop.run_in_executor(pool, commit.submit, "t1")
+    await _queued(commit, 2)
+    a2 = asyncio.create_task(commit.submit_async("a2"))
+    await _queued(commit, 3)
+    write.release.set()
+    results = list(await asyncio.wait_for(asyncio.gather(first, a1, t1, a2), WAIT))
+    assert results == ["stored first", "stored a1", "stored t1", "stored a2"]
+    assert write.batches == [["first"], ["a1", "t1"], ["a2"]]
+    pool.shutdown(wait=True)
+
+
+async def test_an_async_caller_that_stops_waiting_leaves_the_others_their_results() -> None:
+    """A request that goes away (its task cancelled) is still written, as a thread's would be,
+    and the callers sharing its batch get their results."""
+    write = GatedWrite()
+    commit = GroupCommit(write)
+    _, (b, c) = await _async_during_a_held_write(write, commit, ["b", "c"])
+    b.cancel()
+    assert await asyncio.wait_for(c, WAIT) == "stored c"
+    assert write.batches == [["first"], ["b", "c"]]
+    assert await asyncio.wait_for(commit.submit_async("d"), WAIT) == "stored d"

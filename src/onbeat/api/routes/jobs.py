@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from onbeat import validation
 from onbeat.api.auth import CallerDep
@@ -44,7 +46,7 @@ from onbeat.app import App
 from onbeat.errors import NotFoundError, ValidationError
 from onbeat.model import ExecutionStatus, Job, JobStatus
 from onbeat.schedule import Schedule, ScheduleKind
-from onbeat.store.base import CreatedJob, NewJob, PublishedTask
+from onbeat.store.base import NewJob, PublishedTask
 from onbeat.task import Task
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -89,7 +91,7 @@ _CREATED: dict[int | str, dict[str, Any]] = {
     responses={**_CREATED, **problem_responses(400, 413, 422, 503, 504)},
     summary="Submit a job",
 )
-def create_job(
+async def create_job(
     body: JobCreate,
     onbeat: OnbeatApp,
     caller: CallerDep,
@@ -106,8 +108,14 @@ def create_job(
 ) -> Response:
     """Validate everything (task registered, schedule, zone, policies, params size), store the job
     (in the caller's tenant) and its first execution, and answer with the job and its next fire
-    times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it."""
-    created = _create(onbeat, body, caller.home_tenant, idempotency_key)
+    times. An ``Idempotency-Key`` is the caller's tenant's: other tenants' keys never match it.
+
+    On the event loop, not in a thread (a thread per create cost about 70 us of CPU): the task
+    is looked up in a thread only when that reads the store, and the write waits in the
+    App's group commit without holding a thread."""
+    prepare = functools.partial(_prepare, onbeat, body, caller.home_tenant, idempotency_key)
+    new = prepare() if onbeat.known_task(body.task) else await run_in_threadpool(prepare)
+    created = await onbeat.submit_async(new)
     headers = {"Location": str(request.url_for("get_job", job_id=created.job.id))}
     if idempotency_key is not None:
         headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
@@ -154,10 +162,6 @@ def create_jobs(
         # committed, creates them all now).
         headers["Idempotent-Replayed"] = "true" if created[0].replayed else "false"
     return serialized({"items": [job_document(c.job) for c in created]}, 201, headers)
-
-
-def _create(onbeat: App, body: JobCreate, tenant: str, idempotency_key: str | None) -> CreatedJob:
-    return onbeat.submit_many([_prepare(onbeat, body, tenant, idempotency_key)])[0]
 
 
 def _prepare(
