@@ -114,7 +114,8 @@ async def create_job(
     is looked up in a thread only when that reads the store, and the write waits in the
     App's group commit without holding a thread."""
     prepare = functools.partial(_prepare, onbeat, body, caller.home_tenant, idempotency_key)
-    new = prepare() if onbeat.known_task(body.task) else await run_in_threadpool(prepare)
+    known = onbeat.known_task(body.task) is not None
+    new = prepare() if known else await run_in_threadpool(prepare)
     created = await onbeat.submit_async(new)
     headers = {"Location": str(request.url_for("get_job", job_id=created.job.id))}
     if idempotency_key is not None:
