@@ -14,7 +14,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
 from prometheus_client import start_http_server
 
@@ -41,16 +42,23 @@ class Node:
         self._queue: DelayQueue | None = None
         self._scheduler: Scheduler | None = None
         self._worker: Worker | None = None
+        claim_queue: Callable[[], DelayQueue] | None = None
+        """For the worker's claim thread: a second connection to the queue (not logging moves
+        to the fallback and back: ``self._queue`` does). A queue in this process has none."""
         if scheduler or worker:
+            open_queue = partial(
+                open_node_queue,
+                app.settings.queue_url,
+                app.settings.database_url,
+                app.clock,
+                failover=app.settings.queue_failover,
+            )
             try:
-                self._queue = open_node_queue(
-                    app.settings.queue_url,
-                    app.settings.database_url,
-                    app.clock,
-                    failover=app.settings.queue_failover,
-                )
+                self._queue = open_queue()
             except ValueError as exc:
                 raise OnbeatError(str(exc)) from None
+            if not app.settings.queue_url.startswith("memory:"):
+                claim_queue = partial(open_queue, log_changes=False)
         if scheduler:
             self._scheduler = Scheduler(
                 app.store, self.queue, app.settings, app.clock, metrics=self.metrics
@@ -60,7 +68,13 @@ class Node:
                 self._queue.on_primary_change(self._scheduler.recheck_queue)
         if worker:
             self._worker = Worker(
-                app.store, self.queue, app.registry, app.settings, app.clock, metrics=self.metrics
+                app.store,
+                self.queue,
+                app.registry,
+                app.settings,
+                app.clock,
+                metrics=self.metrics,
+                claim_queue=claim_queue,
             )
             if self._scheduler is not None:
                 self._worker.on_runs_woken = self._scheduler.wake

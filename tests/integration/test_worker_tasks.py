@@ -9,15 +9,18 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from onbeat import AttemptOutcome, ExecutionStatus, TaskContext
 from onbeat.errors import ValidationError
 from onbeat.model import Execution
+from onbeat.queue.base import DelayQueue, QueueItem
+from onbeat.store.base import ClaimResult
+from onbeat.worker import Worker
 from onbeat.worker.results import MAX_RESULT_BYTES, RESULT_PREVIEW_CHARS
 from tests.integration.conftest import Node
 from tests.unit import pool_tasks
@@ -290,6 +293,116 @@ async def test_worker__ids_handed_out_before_a_task_blocks_the_loop_are_requeued
     done = node.execution(job.id)
     assert (done.status, done.attempt) == (ExecutionStatus.SUCCEEDED, 1)
     assert ran == [done.id]
+
+
+async def test_worker__a_claims_answer_due_while_a_task_blocks_the_loop_is_requeued(
+    node: Node,
+) -> None:
+    """The queue answers a claim while a task blocks the loop (the fault suite's S2 saw runs
+    wait 3.3-3.8 s for the sweep so, their ids unread in the blocked worker's socket): the
+    claim thread reads the answer and puts the ids in hand, and the watchdog requeues them in
+    the store while the block lasts, for any worker to start. The loop, once free, skips them."""
+    ran: list[str] = []
+    seen_while_blocked: list[ExecutionStatus] = []
+    blocked = threading.Event()
+
+    @node.app.task(name="hog")
+    async def hog(ctx: TaskContext) -> None:
+        blocked.set()
+        deadline = time.monotonic() + 10
+        status = node.execution(noop_job.id).status
+        while status is ExecutionStatus.QUEUED and time.monotonic() < deadline:
+            time.sleep(0.01)  # noqa: ASYNC251 -- blocks the loop while it watches the store
+            status = node.execution(noop_job.id).status
+        seen_while_blocked.append(status)
+
+    node.app.task(name="noop")(lambda ctx: ran.append(ctx.execution_id))
+    now = node.clock.now()
+    hog_job = node.app.schedule("hog", at=now - timedelta(seconds=2))
+    noop_job = node.app.schedule("noop", at=now - timedelta(seconds=1))
+    await node.dispatch()
+    hog_id, noop_id = node.execution(hog_job.id).id, node.execution(noop_job.id).id
+
+    class AnswersOnceTheLoopIsBlocked:
+        """The queue the claim thread claims from: the hog's run first, then the noop's, once
+        the hog blocks the worker's loop."""
+
+        def __init__(self) -> None:
+            self.handed_out: list[str] = []
+
+        async def claim_due(self, limit: int, ahead: float = 0.0) -> list[str]:
+            if ahead or len(self.handed_out) == 2:
+                return []
+            if self.handed_out:
+                await asyncio.to_thread(blocked.wait, 10)
+            self.handed_out.append(noop_id if self.handed_out else hog_id)
+            return self.handed_out[-1:]
+
+        async def close(self) -> None:
+            pass
+
+    worker = Worker(
+        node.app.store,
+        node.queue,
+        node.app.registry,
+        node.app.settings,
+        node.clock,
+        claim_queue=lambda: cast(DelayQueue, AnswersOnceTheLoopIsBlocked()),
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        while not seen_while_blocked:  # noqa: ASYNC110 -- the hog's own thread of control
+            await asyncio.sleep(0.01)
+    finally:
+        blocked.set()
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert seen_while_blocked == [ExecutionStatus.SCHEDULED]  # requeued during the block
+    assert (worker.stats.handed_back, worker.stats.started) == (1, 1)  # started: the hog only
+    assert ran == []
+    await node.step()  # another worker (the node's) starts it
+    done = node.execution(noop_job.id)
+    assert (done.status, done.attempt) == (ExecutionStatus.SUCCEEDED, 1)
+    assert ran == [done.id]
+
+
+async def test_worker__runs_given_back_not_due_are_requeued_if_the_loop_blocks_first(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's runs the store finds not due yet stay in hand until they are back in the
+    queue: a task blocking the loop before that enqueue is sent gets them requeued in the
+    store by the watchdog (for the dispatch to queue), not held for the length of the block;
+    the enqueue then skips them."""
+    node.app.task(name="noop")(lambda ctx: None)
+    job = node.app.schedule("noop", at=node.clock.now() + timedelta(seconds=3))
+    await node.dispatch()
+    run = node.execution(job.id)
+    assert run.status is ExecutionStatus.QUEUED
+    await node.queue.enqueue([QueueItem(run.id, node.clock.now())])  # handed out early
+    worker = node.worker
+    real_claim, real_enqueue = worker._claim_leases, worker.queue.enqueue
+    sent: list[list[str]] = []
+
+    def claim_leases(ids: list[str], free: int, room: int) -> ClaimResult:
+        claim = real_claim(ids, free, room)
+        worker._hand_back_unstarted()  # the watchdog's thread, as a task blocks the loop
+        return claim
+
+    async def enqueue(items: Sequence[QueueItem]) -> None:
+        sent.append([item.execution_id for item in items])
+        await real_enqueue(items)
+
+    monkeypatch.setattr(worker, "_claim_leases", claim_leases)
+    monkeypatch.setattr(worker.queue, "enqueue", enqueue)
+    assert await worker._claim(ahead=False) == (0, 0)  # not due: back to the queue
+    assert sent == []  # requeued in the store instead
+    requeued = node.execution(job.id)
+    assert (requeued.status, requeued.attempts) == (ExecutionStatus.SCHEDULED, ())
+    assert worker.stats.handed_back == 1
+    monkeypatch.undo()
+    await node.step(advance=3)
+    assert node.execution(job.id).status is ExecutionStatus.SUCCEEDED
 
 
 async def test_worker__task_pool_processes_runs_in_a_child_whatever_the_worker_pool(

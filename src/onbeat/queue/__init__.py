@@ -33,7 +33,9 @@ def open_queue(url: str, clock: Clock) -> DelayQueue:
     )
 
 
-def open_failover_queue(queue_url: str, fallback_url: str, clock: Clock) -> DelayQueue:
+def open_failover_queue(
+    queue_url: str, fallback_url: str, clock: Clock, *, log_changes: bool = True
+) -> DelayQueue:
     """Redis at ``queue_url``, falling back to a table queue at ``fallback_url`` (PostgreSQL)
     while Redis is unavailable: ``failover.FailoverDelayQueue``."""
     from onbeat.queue.failover import FailoverDelayQueue
@@ -42,14 +44,17 @@ def open_failover_queue(queue_url: str, fallback_url: str, clock: Clock) -> Dela
 
     primary = RedisDelayQueue.from_url(queue_url, clock)
     fallback = open_table_queue(fallback_url, clock)
-    return FailoverDelayQueue(primary, fallback, clock, primary_url=primary.url)
+    return FailoverDelayQueue(
+        primary, fallback, clock, primary_url=primary.url, log_changes=log_changes
+    )
 
 
 def open_node_queue(
-    queue_url: str, database_url: str, clock: Clock, *, failover: bool
+    queue_url: str, database_url: str, clock: Clock, *, failover: bool, log_changes: bool = True
 ) -> DelayQueue:
     """The queue a node uses: ``queue_url``'s, except that Redis with a PostgreSQL store (and
-    ``failover``) gets the store's database as its fallback while Redis is down."""
+    ``failover``) gets the store's database as its fallback while Redis is down (moves to it
+    and back logged if ``log_changes``)."""
     if failover and queue_url.startswith(_REDIS) and database_url.startswith(_POSTGRES):
-        return open_failover_queue(queue_url, database_url, clock)
+        return open_failover_queue(queue_url, database_url, clock, log_changes=log_changes)
     return open_queue(queue_url, clock)

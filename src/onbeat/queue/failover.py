@@ -80,9 +80,18 @@ class FailoverDelayQueue:
     """A ``DelayQueue`` over a primary and a fallback queue; see the module docstring."""
 
     def __init__(
-        self, primary: DelayQueue, fallback: TableDelayQueue, clock: Clock, *, primary_url: str
+        self,
+        primary: DelayQueue,
+        fallback: TableDelayQueue,
+        clock: Clock,
+        *,
+        primary_url: str,
+        log_changes: bool = True,
     ) -> None:
+        """``log_changes``: log each move to the fallback and back (False for a process's second
+        connection, whose moves its first one logs: a worker's claim thread)."""
         self._primary = primary
+        self._log_changes = log_changes
         self._fallback = fallback
         self._clock = clock
         self._primary_url = primary_url
@@ -292,11 +301,12 @@ class FailoverDelayQueue:
             return
         self._primary_up = False
         reason = str(error) or f"no answer within {PRIMARY_TIMEOUT} s"
-        log.warning(
-            "delay queue %s unavailable (%s); using the fallback queue in the store's database",
-            self._primary_url,
-            reason,
-        )
+        if self._log_changes:
+            log.warning(
+                "delay queue %s unavailable (%s); using the fallback queue in the store's database",
+                self._primary_url,
+                reason,
+            )
         self._tell(up=False)
 
     def _primary_worked(self) -> None:
@@ -304,7 +314,8 @@ class FailoverDelayQueue:
         if self._primary_up:
             return
         self._primary_up = True
-        log.warning("delay queue %s is back; enqueueing to it again", self._primary_url)
+        if self._log_changes:
+            log.warning("delay queue %s is back; enqueueing to it again", self._primary_url)
         self._tell(up=True)
 
     def _tell(self, *, up: bool) -> None:

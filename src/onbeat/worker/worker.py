@@ -41,6 +41,7 @@ from onbeat.store.base import ClaimedRun, ClaimResult, Completion, Store
 from onbeat.task import Pool, Task, TaskRegistry
 from onbeat.worker.ahead import ClaimsAhead, HeldAhead
 from onbeat.worker.attempt import run_attempt
+from onbeat.worker.claim_thread import ClaimThread
 from onbeat.worker.executors import AsyncExecutor, Executor, ThreadExecutor
 from onbeat.worker.heartbeat import Heartbeat, HeldLeases
 from onbeat.worker.held import Held
@@ -95,9 +96,15 @@ class Worker:
         clock: Clock,
         owner: str | None = None,
         metrics: Metrics | None = None,
+        claim_queue: Callable[[], DelayQueue] | None = None,
     ) -> None:
+        """``claim_queue`` opens a second connection to ``queue`` for claims on a thread of
+        their own while the worker runs (claim_thread.py); None: claims on the event loop (an
+        in-process queue, which has no second connection)."""
         self.store = store
         self.queue = queue
+        self._open_claim_queue = claim_queue
+        self._claim_thread: ClaimThread | None = None
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.settings = settings
@@ -214,19 +221,14 @@ class Worker:
         # most `free`), so a tenant's burst gets its slots in few claims even when few are free.
         ask = min(free + self._held_back, self.settings.claim_batch)
         room = self._ahead.room() if ahead else 0
-        ids: list[str] = []
         try:
-            ids = self._take_in_hand(await self.queue.claim_due(ask))
-            if len(ids) < ask and room:  # nothing more due now: take what falls due next
-                more = min(room, self.settings.claim_batch - len(ids))
-                ids += self._take_in_hand(
-                    await self.queue.claim_due(more, ahead=self.settings.claim_ahead)
-                )
+            if self._claim_thread is None:
+                ids = await self._take_from(self.queue, ask, room)
+            else:
+                ids = await self._claim_thread.run(partial(self._take_from, ask=ask, room=room))
         except Exception:
-            if not ids:
-                self._claims.failed("retrying with backoff")
-                return 0, 0
-            log.warning("claiming runs due ahead failed; claiming the %d due now", len(ids))
+            self._claims.failed("retrying with backoff")
+            return 0, 0
         if not ids:
             self._claims.succeeded()
             return 0, 0
@@ -251,14 +253,43 @@ class Worker:
         self._ahead.refused = bool(room) and not early and len(claim.not_due) == len(ids)
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
-            try:
-                await self.queue.enqueue(claim.not_due)
-            except Exception:
-                log.exception(
-                    "handing %d runs not yet due back to the queue failed; the sweep will",
-                    len(claim.not_due),
-                )
+            await self._give_back(claim.not_due)
         return len(ids) - len(claim.not_due), len(claim.started)
+
+    async def _take_from(self, queue: DelayQueue, ask: int, room: int) -> list[str]:
+        """The ids of one claim, put in hand as the queue hands them out: ``ask`` due now, and
+        if fewer were, up to ``room`` due within ``claim_ahead``. Runs on the claim thread once
+        the worker runs (claim_thread.py), else on the event loop."""
+        ids = self._take_in_hand(await queue.claim_due(ask))
+        if len(ids) < ask and room:  # nothing more due now: take what falls due next
+            more = min(room, self.settings.claim_batch - len(ids))
+            try:
+                ids += self._take_in_hand(
+                    await queue.claim_due(more, ahead=self.settings.claim_ahead)
+                )
+            except Exception:
+                if not ids:
+                    raise
+                log.warning("claiming runs due ahead failed; claiming the %d due now", len(ids))
+        return ids
+
+    async def _give_back(self, not_due: list[QueueItem]) -> None:
+        """Runs the store found not due yet (or not to hold ahead) back to the queue. They stay
+        in hand until then (``_claim_leases`` put them there), so a task blocking the loop
+        before this enqueue is sent gets them requeued by the watchdog instead of held; those
+        it requeued meanwhile are not sent (the dispatch queues them)."""
+        with self._held_lock:
+            items = [item for item in not_due if item.execution_id in self._in_hand]
+        try:
+            if items:
+                await self.queue.enqueue(items)
+        except Exception:
+            log.exception(
+                "handing %d runs not yet due back to the queue failed; the sweep will", len(items)
+            )
+        finally:
+            with self._held_lock:
+                self._in_hand.difference_update(item.execution_id for item in not_due)
 
     def _take_in_hand(self, ids: list[str]) -> list[str]:
         """Note ids the queue just handed out (before any other await), so that the watchdog
@@ -291,6 +322,7 @@ class Worker:
             for r in claim.started:
                 leases = self._claimed if r.execution.started_at is not None else self._ahead.leases
                 leases[r.execution.id] = r.execution.fencing_token
+            self._in_hand.update(item.execution_id for item in claim.not_due)  # _give_back's
         return claim
 
     async def _hand_back(self, ids: Sequence[str]) -> None:
@@ -568,6 +600,9 @@ class Worker:
         self._stopping.clear()
         self._heartbeat.start(asyncio.get_running_loop())
         self._watchdog.start(asyncio.get_running_loop())
+        if self._open_claim_queue is not None:
+            self._claim_thread = ClaimThread(self._open_claim_queue)
+            self._claim_thread.start()
         self._loops = [
             asyncio.create_task(self._supervised("claim", self._claim_loop), name="onbeat-claim"),
             asyncio.create_task(self._supervised("flush", self._flush_loop), name="onbeat-flush"),
@@ -662,6 +697,9 @@ class Worker:
                 loop_task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
+        if self._claim_thread is not None:  # its claim under way ends first, its ids in hand
+            await self._claim_thread.stop()
+            self._claim_thread = None
         await asyncio.to_thread(self._requeue_in_hand)  # a claim stopped before the store's
         with self._held_lock:  # claimed ahead, never confirmed: released with the rest
             ahead = self._ahead.take_all()
