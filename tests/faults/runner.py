@@ -329,10 +329,8 @@ def _drive(
     load.stop_submitting()
     # A cron run the cancel catches unstarted is judged cancelled by design only if it fell due
     # within the cancel boundary: so the fleet first works off the backlog the faults left.
-    backlog = (
-        "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', 'running')"
-        f" AND scheduled_for < {{now}} - {int(CANCEL_PHASE * 1e6)}"
-    )
+    unfinished = "status IN ('scheduled', 'queued', 'running')"
+    backlog = f"{unfinished} AND scheduled_for < {{now}} - {int(CANCEL_PHASE * 1e6)}"
     _drain(
         db, lambda: backlog.format(now=int(time.time() * 1e6)),
         "the backlog to be worked off before the cancel",
@@ -340,8 +338,7 @@ def _drive(
     phases.mark("backlog")
     load.cancel_crons(CANCEL_PHASE)
     acks.close()
-    pending = "SELECT count(*) FROM executions WHERE status IN ('scheduled', 'queued', 'running')"
-    _drain(db, lambda: pending, "every run to be final")
+    _drain(db, lambda: unfinished, "every run to be final")
     seconds = time.monotonic() - began
     phases.mark("cancel, drain")
     supervisor.stop()
@@ -397,14 +394,15 @@ def _held_at_death(db: str, pid: int, held_by: Callable[[int], set[str]]) -> set
     return held_by(pid) | {row[0] for row in lost}
 
 
-def _drain(db: str, count_sql: Callable[[], str], what: str) -> None:
-    """Wait until ``count_sql`` counts 0, for as long as the count keeps reaching new lows: a
-    fleet that fell behind (an hour of N1 on a busy box) is given the time to catch up, and a
-    verdict; one that stops making progress for ``DRAIN_TIMEOUT`` fails here."""
+def _drain(db: str, where: Callable[[], str], what: str) -> None:
+    """Wait until no execution matches ``where``, for as long as their count keeps reaching new
+    lows: a fleet that fell behind (an hour of N1 on a busy box) is given the time to catch up,
+    and a verdict; one that stops making progress for ``DRAIN_TIMEOUT`` fails here, naming the
+    first runs still waiting."""
     lowest, progress_at = None, time.monotonic()
     while True:
         try:
-            left = int(query(db, count_sql())[0][0])
+            left = int(query(db, f"SELECT count(*) FROM executions WHERE {where()}")[0][0])
         except psycopg.OperationalError:  # refused (too many clients on the shared server)
             left = None
         if left == 0:
@@ -412,8 +410,13 @@ def _drain(db: str, count_sql: Callable[[], str], what: str) -> None:
         if left is not None and (lowest is None or left < lowest):
             lowest, progress_at = left, time.monotonic()
         if time.monotonic() - progress_at > DRAIN_TIMEOUT:
+            waiting = query(
+                db,
+                "SELECT id, job_id, status, scheduled_for, due_at, lease_owner, reason"
+                f" FROM executions WHERE {where()} ORDER BY scheduled_for LIMIT 10",
+            )
             raise AssertionError(
-                f"no progress for {DRAIN_TIMEOUT}s waiting for {what} ({left} left)"
+                f"no progress for {DRAIN_TIMEOUT}s waiting for {what} ({left} left): {waiting}"
             )
         time.sleep(0.2)
 
