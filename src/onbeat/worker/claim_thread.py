@@ -13,6 +13,7 @@ watchdog requeues them while the block lasts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -23,6 +24,10 @@ from onbeat.queue.base import DelayQueue
 __all__ = ["ClaimThread"]
 
 T = TypeVar("T")
+
+STOP_WAIT = 5.0
+"""Longest time ``stop`` waits for a claim under way (a queue that stopped answering): what it
+took is then the sweep's to find, as a killed worker's."""
 
 
 class ClaimThread:
@@ -53,15 +58,19 @@ class ClaimThread:
         return await asyncio.shield(asyncio.wrap_future(future))
 
     async def stop(self) -> None:
-        """Wait for the work under way, close the queue, end the thread."""
+        """Wait for the work under way (``STOP_WAIT`` at most), close the queue, end the
+        thread."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
         self._loop = self._thread = None
         if self._in_flight:
-            await asyncio.wait([asyncio.wrap_future(f) for f in list(self._in_flight)])
+            claims = [asyncio.wrap_future(f) for f in list(self._in_flight)]
+            await asyncio.wait(claims, timeout=STOP_WAIT)
         if self._queue is not None:
-            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._queue.close(), loop))
+            closing = asyncio.run_coroutine_threadsafe(self._queue.close(), loop)
+            with contextlib.suppress(Exception):  # an unreachable queue: nothing left to undo
+                await asyncio.wrap_future(closing)
         loop.call_soon_threadsafe(loop.stop)
         await asyncio.to_thread(thread.join)
         loop.close()
