@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from onbeat import ExecutionStatus
 from onbeat.model import Execution
 from onbeat.store.base import AHEAD_LEASE_GRACE
@@ -197,3 +199,34 @@ async def test_claim_ahead__a_blocked_loop_hands_the_runs_held_ahead_back(node: 
     assert node.calls.seen == []
     await node.step()
     assert len(node.calls.seen) == 2
+
+
+async def test_claim_ahead__a_run_confirmed_as_the_watchdog_hands_back_is_still_tracked(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The confirm commits in its thread while a task blocks the loop, and the watchdog then
+    hands back the runs held ahead under the tokens they had before it: the store refuses that
+    release (the confirm moved the token on), so the runs are this worker's, started. They are
+    tracked (heartbeated, then run here or handed back at the watchdog's next look), not left
+    running in the store without a holder until their lease ran out (a user's trial on
+    2026-12-07: a run 'running' 60 s with no worker, then reaped as lost)."""
+    jobs = await _burst(node, 2, due_in=1.5)
+    worker = _worker(node)
+    assert (await worker._claim())[0] == 2
+    real_confirm = worker.store.execution_confirm
+
+    def confirm_then_hand_back(owner: str, held: dict[str, int], lease_ttl: float) -> Any:
+        tokens = real_confirm(owner, held, lease_ttl)
+        worker._hand_back_unstarted()  # the watchdog's thread, as a task blocks the loop
+        return tokens
+
+    monkeypatch.setattr(worker.store, "execution_confirm", confirm_then_hand_back)
+    node.clock.advance(1.5)
+    assert await worker._ahead.confirm_due()
+    runs = _runs(node, jobs)
+    assert [run.status for run in runs] == [ExecutionStatus.RUNNING] * 2  # the release refused
+    assert {run.id for run in runs} <= set(worker._held)
+    monkeypatch.undo()
+    await asyncio.gather(*(held.task for held in worker._held.values() if held.task))
+    await worker.flush()
+    assert [run.status for run in _runs(node, jobs)] == [ExecutionStatus.SUCCEEDED] * 2

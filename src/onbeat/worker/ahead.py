@@ -175,12 +175,16 @@ class ClaimsAhead:
     ) -> list[Held]:
         """Move the runs the store confirmed into the worker's ``held``, under their new tokens
         and leases granted from ``granted_at`` (the heartbeat renews them from now on, as any
-        started run's); returns them."""
+        started run's); returns them. Every one of them: one the watchdog handed back while the
+        confirm ran (a task blocking the loop) is this worker's all the same, since the store
+        refused that release, made under the token before the confirm; untracked, it would stay
+        running with no holder until its lease ran out."""
         confirmed = []
         with self._lock:
             for run in due:
                 token = tokens.get(run.id)
-                if token is not None and self.leases.pop(run.id, None) is not None:
+                if token is not None:
+                    self.leases.pop(run.id, None)
                     held = run.confirmed
                     if held.token != token:  # not the confirm this worker knows: its token wins
                         execution = dataclasses.replace(held.run.execution, fencing_token=token)
