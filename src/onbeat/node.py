@@ -42,9 +42,9 @@ class Node:
         self._queue: DelayQueue | None = None
         self._scheduler: Scheduler | None = None
         self._worker: Worker | None = None
+        # For the worker's claim thread: a second connection to the queue, which leaves logging
+        # moves to the fallback and back to ``self._queue``. A queue in this process has none.
         claim_queue: Callable[[], DelayQueue] | None = None
-        """For the worker's claim thread: a second connection to the queue (not logging moves
-        to the fallback and back: ``self._queue`` does). A queue in this process has none."""
         if scheduler or worker:
             open_queue = partial(
                 open_node_queue,
