@@ -16,11 +16,12 @@ The hand-back is called on the test's thread at points where the loop waits for 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
-import tempfile
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +36,7 @@ from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.scheduler import Scheduler
 from onbeat.store.base import Store
 from onbeat.testing import FakeClock
+from onbeat.testing.postgres import store_schema
 from onbeat.worker import Worker
 
 AHEAD = 2.0
@@ -44,6 +46,7 @@ ADVANCE_BUDGET = 8.0
 """The ops' clock moves stay within a lease: no lease ends for want of a heartbeat (which would
 be a lost attempt, run again by design)."""
 
+_FLEETS = itertools.count()
 INTERLEAVED = (
     "execution_claim",
     "execution_confirm",
@@ -92,26 +95,53 @@ class WatchdogAtStoreCalls:
                 self._handing_back = False
 
 
+@dataclass
+class Node:
+    """One store for all of a test's examples: each example's runs are its own jobs', on a clock
+    a day on from the last example's, so nothing an earlier one left (a lease, a shard) counts."""
+
+    app: App
+    clock: FakeClock
+    calls: list[tuple[str, datetime]]
+    """(run id, when its task began) of every task call."""
+
+
+@contextmanager
+def _node(database_url: str) -> Iterator[Node]:
+    clock = FakeClock()
+    app = App(
+        database_url,
+        clock=clock,
+        shards=4,
+        lease_ttl=LEASE_TTL,
+        heartbeat_interval=3,
+        window=5,
+        misfire_grace=60,
+        claim_ahead=AHEAD,
+        concurrency=3,
+    )
+    node = Node(app, clock, [])
+
+    @app.task(name="record")
+    async def record(ctx: TaskContext) -> None:
+        node.calls.append((ctx.execution_id, clock.now()))
+
+    try:
+        yield node
+    finally:
+        app.close()
+
+
 class Fleet:
-    def __init__(self, db: Path, flags: tuple[list[bool], list[bool]]) -> None:
-        self.clock = FakeClock()
-        self.app = App(
-            f"sqlite:///{db}",
-            clock=self.clock,
-            shards=4,
-            lease_ttl=LEASE_TTL,
-            heartbeat_interval=3,
-            window=5,
-            misfire_grace=60,
-            claim_ahead=AHEAD,
-            concurrency=3,
-        )
-        self.calls: list[tuple[str, datetime]] = []
+    """An example's scheduler and two workers, on the node's store and a queue of their own."""
 
-        @self.app.task(name="record")
-        async def record(ctx: TaskContext) -> None:
-            self.calls.append((ctx.execution_id, self.clock.now()))
-
+    def __init__(self, node: Node, flags: tuple[list[bool], list[bool]]) -> None:
+        node.clock.advance(86_400)
+        node.calls.clear()
+        self.app = node.app
+        self.clock = node.clock
+        self.calls = node.calls
+        self.name = f"fleet-{next(_FLEETS)}"
         self.queue = MemoryDelayQueue(self.clock)
         self.scheduler = Scheduler(self.app.store, self.queue, self.app.settings, self.clock)
         self.stores = [WatchdogAtStoreCalls(self.app.store, worker_flags) for worker_flags in flags]
@@ -125,7 +155,7 @@ class Fleet:
             self.app.registry,
             self.app.settings,
             self.clock,
-            owner=f"worker-{n}-{len(self.stopped)}",
+            owner=f"{self.name}-worker-{n}-{len(self.stopped)}",
         )
         self.stores[n].worker = worker
         interleaved = self.stores[n].interleaved(worker._claim_leases)
@@ -205,14 +235,14 @@ them and inside the store calls too, as the flags draw."""
 FLAGS = st.lists(st.booleans(), max_size=30)
 
 
-@contextmanager
-def _fleet(flags: tuple[list[bool], list[bool]]) -> Iterator[Fleet]:
-    with tempfile.TemporaryDirectory() as tmp:
-        fleet = Fleet(Path(tmp) / "onbeat.db", flags)
-        try:
-            yield fleet
-        finally:
-            fleet.app.close()
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.external_service)])
+def node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Node]:
+    if request.param == "postgres":
+        with store_schema() as url, _node(url) as node:
+            yield node
+    else:
+        with _node(f"sqlite:///{tmp_path / 'onbeat.db'}") as node:
+            yield node
 
 
 async def _play(
@@ -257,7 +287,11 @@ async def _settle(fleet: Fleet, job_ids: list[str]) -> None:
 @settings(
     max_examples=int(os.environ.get("ONBEAT_INTERLEAVINGS", "300")),
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,  # one store for the examples: see Node
+    ],
 )
 @example(  # the confirm race of 2026-12-07: handed back right after the confirm committed
     due_in=[1.0],
@@ -270,33 +304,35 @@ async def _settle(fleet: Fleet, job_ids: list[str]) -> None:
     flags=st.tuples(FLAGS, FLAGS),
 )
 def test_worker_interleavings__every_run_ends_once_and_no_lease_is_left_without_a_holder(
-    due_in: list[float], ops: list[tuple[str, float]], flags: tuple[list[bool], list[bool]]
+    node: Node,
+    due_in: list[float],
+    ops: list[tuple[str, float]],
+    flags: tuple[list[bool], list[bool]],
 ) -> None:
-    with _fleet(flags) as fleet:
+    fleet = Fleet(node, flags)
 
-        async def scenario() -> None:
-            at = fleet.clock.now()
-            job_ids = [
-                fleet.app.schedule("record", at=at + timedelta(seconds=offset)).id
-                for offset in due_in
-            ]
-            await fleet.dispatch()
-            cancelled = await _play(
-                fleet, job_ids, ops, lambda: assert_every_lease_has_a_holder(fleet, job_ids)
-            )
-            await _settle(fleet, job_ids)
-            runs = fleet.runs(job_ids)
-            calls = Counter(execution_id for execution_id, _ in fleet.calls)
-            for run in runs:
-                ends = {ExecutionStatus.SUCCEEDED: 1}
-                if run.job_id in cancelled:
-                    ends[ExecutionStatus.CANCELLED] = 0
-                assert run.status in ends, (run.id, run.status.value, run.lease_owner)
-                assert calls[run.id] == ends[run.status], f"{run.id} ran {calls[run.id]} times"
-            due = {run.id: run.due_at for run in runs}
-            early = [(eid, at, due[eid]) for eid, at in fleet.calls if at < due[eid]]
-            assert not early, f"started before their due time: {early}"
-            for worker in fleet.workers:
-                await worker.shutdown()
+    async def scenario() -> None:
+        at = fleet.clock.now()
+        job_ids = [
+            fleet.app.schedule("record", at=at + timedelta(seconds=offset)).id for offset in due_in
+        ]
+        await fleet.dispatch()
+        cancelled = await _play(
+            fleet, job_ids, ops, lambda: assert_every_lease_has_a_holder(fleet, job_ids)
+        )
+        await _settle(fleet, job_ids)
+        runs = fleet.runs(job_ids)
+        calls = Counter(execution_id for execution_id, _ in fleet.calls)
+        for run in runs:
+            ends = {ExecutionStatus.SUCCEEDED: 1}
+            if run.job_id in cancelled:
+                ends[ExecutionStatus.CANCELLED] = 0
+            assert run.status in ends, (run.id, run.status.value, run.lease_owner)
+            assert calls[run.id] == ends[run.status], f"{run.id} ran {calls[run.id]} times"
+        due = {run.id: run.due_at for run in runs}
+        early = [(eid, at, due[eid]) for eid, at in fleet.calls if eid in due and at < due[eid]]
+        assert not early, f"started before their due time: {early}"
+        for worker in fleet.workers:
+            await worker.shutdown()
 
-        asyncio.run(scenario())
+    asyncio.run(scenario())
