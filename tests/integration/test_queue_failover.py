@@ -19,7 +19,12 @@ from onbeat import App
 from onbeat.errors import QueueUnavailableError
 from onbeat.node import Node
 from onbeat.queue.base import QueueItem
-from onbeat.queue.failover import PRIMARY_RETRY, PROBE_INTERVAL, FailoverDelayQueue
+from onbeat.queue.failover import (
+    FALLBACK_RECHECK,
+    PRIMARY_RETRY,
+    PROBE_INTERVAL,
+    FailoverDelayQueue,
+)
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.queue.table import TableDelayQueue, open_table_queue
 from onbeat.testing.clock import FakeClock
@@ -161,6 +166,31 @@ async def test_failover__idle_claims_and_waits_do_not_read_the_fallback(
         assert await queue.claim_due(10) == []
         clock.advance(0.2)
     assert fallback.reads == reads
+
+
+async def test_failover__a_queue_that_only_waits_sleeps_after_the_fallbacks_recheck(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable], clock: FakeClock
+) -> None:
+    """A worker claims through its claim thread's queue and waits on its event loop's
+    (worker/claim_thread.py), so that queue never claims. Once ``FALLBACK_RECHECK`` had passed
+    since its last read of the fallback, its wait returned at once without reading it again,
+    every call: an idle worker spun at 80 % of a core. Now the wait reads the fallback once and
+    sleeps."""
+    queue, _, fallback = parts
+    await queue.wait(0)  # learns the fallback is empty
+    clock.advance(FALLBACK_RECHECK + 1)
+    reads = fallback.reads
+    for _ in range(3):
+        waiting = asyncio.ensure_future(queue.wait(0.5))
+        sleeping = asyncio.ensure_future(clock.until_sleeping())
+        await asyncio.wait_for(
+            asyncio.wait([waiting, sleeping], return_when=asyncio.FIRST_COMPLETED), 10
+        )
+        sleeping.cancel()
+        assert not waiting.done(), "returned at once, with nothing due"
+        clock.advance(0.5)
+        await asyncio.wait_for(waiting, 10)
+    assert fallback.reads == reads + 1
 
 
 async def test_failover__another_process_enqueueing_to_the_fallback_is_heard(

@@ -214,7 +214,11 @@ class FailoverDelayQueue:
         try:
             try:
                 await self._start()
-                if self._fallback_may_be_due(early) and not self._fallback_known:
+                # Even if "known": what this object knows is stale once it is time to look (the
+                # fallback's recheck or poll), and claims made through another object (a
+                # worker's claim thread) do not refresh it. Not reading then returned at once,
+                # every call: an idle worker spun at 80 % of a core.
+                if self._fallback_may_be_due(early):
                     await self._read_fallback()
             except QueueUnavailableError:
                 pass  # the fallback's retry time says when to look again
