@@ -15,6 +15,7 @@ from onbeat import ExecutionStatus
 from onbeat.model import Execution
 from onbeat.store.base import AHEAD_LEASE_GRACE
 from onbeat.worker import Worker
+from onbeat.worker.ahead import REFUSED_MARGIN
 from tests.integration.conftest import Node
 
 AHEAD = 2.0
@@ -230,3 +231,25 @@ async def test_claim_ahead__a_run_confirmed_as_the_watchdog_hands_back_is_still_
     await asyncio.gather(*(held.task for held in worker._held.values() if held.task))
     await worker.flush()
     assert [run.status for run in _runs(node, jobs)] == [ExecutionStatus.SUCCEEDED] * 2
+
+
+async def test_claim_ahead__runs_refused_ahead_are_not_claimed_again_until_the_first_held_is_due(
+    node: Node,
+) -> None:
+    """Every-second cron jobs: of the runs due within ``claim_ahead``, the store holds each
+    job's next one and refuses the rest (their job's earlier run is pending). Claiming ahead
+    again at each poll only took those out of the queue and put them back (two workers and 100
+    such jobs: 4,100 runs a second each); the worker claims nothing ahead until just after the
+    first run it held falls due, when the next run of its job can be held."""
+    jobs = [node.app.schedule("record", cron="* * * * * *").id for _ in range(3)]
+    await node.dispatch()
+    worker = _worker(node, claim_ahead=4.0)
+    queued = await node.queue.size()
+    assert (await worker._claim())[0] == 3  # the three next runs held; the others handed back
+    assert _held_ahead(node, jobs) == 3
+    assert await node.queue.size() == queued - 3
+    assert worker._ahead.room() == 0
+    assert await worker._claim() == (0, 0)  # nothing due now, nothing claimed ahead
+    first_due = min(run.due_at for run in worker._ahead.runs.values())
+    node.clock.advance((first_due - node.clock.now()).total_seconds() + REFUSED_MARGIN)
+    assert worker._ahead.room() > 0

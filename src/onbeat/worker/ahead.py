@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ from onbeat.worker.held import Held
 from onbeat.worker.outage import FailureStreak
 
 __all__ = ["ClaimsAhead", "HeldAhead"]
+
+REFUSED_MARGIN = 0.05
+"""Seconds after the first run a refused claim held falls due before claiming ahead again: the
+time for that run to end, so the next run of its job is no longer refused."""
 
 log = logging.getLogger("onbeat.worker")
 
@@ -92,17 +97,31 @@ class ClaimsAhead:
         """Claimed ahead, not confirmed yet. Event loop only."""
         self.leases: dict[str, int] = {}
         """id -> token of the runs claimed ahead and not confirmed, under the worker's lock."""
-        self.refused = False
-        """The last claim ahead got runs but could hold none (a limit, a run of their job): wait
-        for them to fall due instead of claiming them ahead again at once."""
+        self._refused_until = -math.inf
+        """Monotonic time until which the worker claims nothing ahead (``refuse``)."""
         self._added = asyncio.Event()
         self._confirms = FailureStreak("confirming runs claimed ahead", log)
 
     def room(self) -> int:
         """How many more runs the worker may claim ahead of their due time now."""
-        if self.settings.claim_ahead <= 0 or self.refused:
+        if self.settings.claim_ahead <= 0 or self.clock.monotonic() < self._refused_until:
             return 0
         return max(0, self.settings.claim_ahead_max - len(self.runs))
+
+    def refuse(self, first_held: datetime | None) -> None:
+        """The store refused most of a claim ahead (their job's earlier run is pending, a limit
+        applies): those runs stay refused until what held them back ends, and the queue hands
+        them out first (they are due first), so claiming ahead again at each poll only took
+        them out and put them back (two workers and 100 every-second cron jobs: 4,100 runs a
+        second each). Claim nothing ahead until just after the first run this claim did hold
+        falls due (once it ends, the next run of its job can be held: every-second jobs keep
+        their runs held ahead), or for a quarter of ``claim_ahead`` if it held none; what can
+        be held behind the refused runs is still claimed with most of the horizon to go."""
+        wait = self.settings.claim_ahead / 4
+        if first_held is not None:
+            until_due = (first_held - self.clock.now()).total_seconds()
+            wait = min(wait, max(0.0, until_due) + REFUSED_MARGIN)
+        self._refused_until = self.clock.monotonic() + wait
 
     def hold(self, runs: Sequence[HeldAhead]) -> None:
         """Keep runs claimed ahead (their leases already in ``leases``) until their due time."""

@@ -250,7 +250,8 @@ class Worker:
         early = [HeldAhead.of(r) for r in claim.started if r.execution.started_at is None]
         self._start([r for r in claim.started if r.execution.started_at is not None], granted_at)
         self._ahead.hold(early)
-        self._ahead.refused = bool(room) and not early and len(claim.not_due) == len(ids)
+        if room and len(claim.not_due) > len(early):
+            self._ahead.refuse(min((run.due_at for run in early), default=None))
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
             await self._give_back(claim.not_due)
@@ -649,7 +650,6 @@ class Worker:
                 await self._gather_free_slots()  # not a claim for the first slot that frees
             else:
                 ahead = self.settings.claim_ahead if self._ahead.room() else 0.0
-                self._ahead.refused = False  # once per wait: what it refused may fall due
                 await self.queue.wait(self.settings.poll_interval, ahead=ahead)
 
     def _free_slots(self) -> int:
