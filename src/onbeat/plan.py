@@ -47,6 +47,14 @@ def new_id() -> str:
     """32 hex chars that sort by creation time: a 48-bit ms timestamp + 80 random bits, where ids
     made in the same millisecond by this process count up from the first (monotonic ULID), so
     keyset pages list jobs in creation order."""
+    return new_ids(1)[0]
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` ids, as ``count`` calls of :func:`new_id` in a row would make them, under one
+    hold of the lock: a bulk create took it twice a job, and its threads (each storing its own
+    batch) queued for it behind one another's GIL switches (a twelfth of a bulk-creating
+    `onbeat api`'s samples, docs/performance.md)."""
     global _last_id
     with _id_lock:
         ms = time.time_ns() // 1_000_000
@@ -55,8 +63,9 @@ def new_id() -> str:
             ms, tail = last_ms, last_tail + 1
         else:
             tail = _random_80_bits()
-        _last_id = (ms, tail)
-    return f"{ms:012x}{tail % 2**80:020x}"
+        _last_id = (ms, tail + count - 1)
+    prefix = f"{ms:012x}"
+    return [f"{prefix}{t % 2**80:020x}" for t in range(tail, tail + count)]
 
 
 def _random_80_bits() -> int:
@@ -113,14 +122,20 @@ def planned(
     trigger: Trigger = Trigger.SCHEDULE,
     reason: str | None = None,
     catchup: bool = False,
+    execution_id: str | None = None,
 ) -> PlannedExecution:
-    execution_id = new_id()
+    """``execution_id``: one made by :func:`new_ids` for it (default: a new one)."""
+    execution_id = new_id() if execution_id is None else execution_id
     due_at = scheduled_for + jitter_offset(execution_id, jitter)
     return PlannedExecution(execution_id, scheduled_for, due_at, status, trigger, reason, catchup)
 
 
 def first_execution(
-    schedule: Schedule, jitter: float, now: datetime, queue_within: float | None = None
+    schedule: Schedule,
+    jitter: float,
+    now: datetime,
+    queue_within: float | None = None,
+    execution_id: str | None = None,
 ) -> PlannedExecution | None:
     """The execution created together with a job (None for a cron that never fires again).
 
@@ -128,14 +143,15 @@ def first_execution(
     ``queued``, for its submitter to hand to the delay queue: its dispatch would have nothing to
     decide (it is on time, and no fire time follows it), only a write to make and a queue to feed.
     A cron run (whose dispatch plans the next fire) and a run already late (the misfire policy's
-    to judge) are left ``scheduled`` for the dispatch."""
+    to judge) are left ``scheduled`` for the dispatch. ``execution_id``: as :func:`planned`'s."""
     fire = schedule.first_fire(now)
     if fire is None:
         return None
     if schedule.kind is ScheduleKind.CRON:
-        return planned(fire, jitter)
+        return planned(fire, jitter, execution_id=execution_id)
     on_time = queue_within is not None and now <= fire <= now + timedelta(seconds=queue_within)
-    return planned(fire, 0.0, ExecutionStatus.QUEUED if on_time else ExecutionStatus.SCHEDULED)
+    status = ExecutionStatus.QUEUED if on_time else ExecutionStatus.SCHEDULED
+    return planned(fire, 0.0, status, execution_id=execution_id)
 
 
 @dataclass(frozen=True, slots=True)

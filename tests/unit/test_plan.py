@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from onbeat.model import ExecutionStatus, RetryPolicy
-from onbeat.plan import new_id, plan_finish, plan_reap
+from onbeat.plan import new_id, new_ids, plan_finish, plan_reap
 
 
 def test_plan_finish__each_way_an_attempt_ends() -> None:
@@ -52,6 +53,25 @@ def test_new_id__sorts_by_creation_and_never_repeats_in_one_process() -> None:
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
     assert len({i[12:] for i in ids}) == len(ids)
+
+
+def test_new_ids__a_batch_sorts_with_the_ids_made_around_it_from_many_threads() -> None:
+    """A batch's ids are those of as many new_id calls in a row: after every id made before
+    it, before every id made after it, none repeated, even while other threads make theirs."""
+    made: list[list[str]] = []
+
+    def make() -> None:
+        made.extend([new_id(), *new_ids(7), new_id()] for _ in range(200))
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(run == sorted(run) and len(run) == 9 for run in made)
+    every = [i for run in made for i in run]
+    assert len(set(every)) == len(every)
+    assert new_ids(0) == []
 
 
 def test_new_id__a_forked_child_and_its_parent_make_different_ids() -> None:

@@ -29,7 +29,7 @@ from onbeat.plan import (
     PAUSED_AT_FIRE_TIME,
     PlannedExecution,
     first_execution,
-    new_id,
+    new_ids,
     plan_missed_while_paused,
     planned,
     shard_of,
@@ -95,7 +95,11 @@ class JobTransactions(LimitTransactions):
         # Rows and first fire times are made before the transaction opens: under load, Python
         # work between statements is time the session sits idle in a transaction, which the
         # server ends after IDLE_IN_TRANSACTION_TIMEOUT (a batch of 1,000 cron jobs).
-        made = [self._job_row(new, now, queue_within) for new in news]
+        ids = new_ids(2 * len(news))  # each job's id, then its first run's
+        made = [
+            self._job_row(new, now, queue_within, ids[2 * i], ids[2 * i + 1])
+            for i, new in enumerate(news)
+        ]
         rows: list[dict[str, Any]] = []
         firsts: list[tuple[str, int, int, PlannedExecution]] = []
         keys: list[dict[str, str]] = []
@@ -179,11 +183,11 @@ class JobTransactions(LimitTransactions):
         return found
 
     def _job_row(
-        self, new: NewJob, now: datetime, queue_within: float | None
+        self, new: NewJob, now: datetime, queue_within: float | None, job_id: str, run_id: str
     ) -> tuple[dict[str, Any], PlannedExecution | None]:
-        """A new job's row, and its first run (None if its schedule never fires)."""
-        job_id = new_id()
-        first = first_execution(new.schedule, new.jitter, now, queue_within)
+        """A new job's row (``job_id``), and its first run (``run_id``; None if its schedule
+        never fires)."""
+        first = first_execution(new.schedule, new.jitter, now, queue_within, run_id)
         row = {
             "id": job_id,
             "tenant": new.tenant,
