@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -419,6 +419,21 @@ def job_document(job: Job) -> dict[str, Any]:
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
+
+
+def in_utc(document: dict[str, Any]) -> bool:
+    """Whether every datetime in a :func:`job_document` is in UTC (or None), which
+    ``deps.plain_json`` writes with orjson. A job's are, as stored and as made (``Schedule``
+    normalises ``at`` to UTC); checked all the same, for 0.6 us a job."""
+    next_fire_at, at = document["next_fire_at"], document["schedule"]["at"]
+    if (
+        document["created_at"].tzinfo is not UTC
+        or document["updated_at"].tzinfo is not UTC
+        or (next_fire_at is not None and next_fire_at.tzinfo is not UTC)
+        or (at is not None and at.tzinfo is not UTC)
+    ):
+        return False
+    return all(fire["at"].tzinfo is UTC for fire in document["next_fire_times"])
 
 
 def execution_out(execution: Execution) -> ExecutionOut:

@@ -38,6 +38,7 @@ from onbeat.api.schemas import (
     ScheduleIn,
     audit_out,
     execution_out,
+    in_utc,
     job_detail,
     job_document,
     job_out,
@@ -120,7 +121,8 @@ async def create_job(
     headers = {"Location": str(request.url_for("get_job", job_id=created.job.id))}
     if idempotency_key is not None:
         headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
-    return serialized(job_document(created.job), 201, headers)
+    document = job_document(created.job)
+    return serialized(document, 201, headers, in_utc=in_utc(document))
 
 
 @router.post(
@@ -162,7 +164,9 @@ def create_jobs(
         # All or none: a retry finds every job of the first request (or, if it never
         # committed, creates them all now).
         headers["Idempotent-Replayed"] = "true" if created[0].replayed else "false"
-    return serialized({"items": [job_document(c.job) for c in created]}, 201, headers)
+    documents = [job_document(c.job) for c in created]
+    utc = all(map(in_utc, documents))
+    return serialized({"items": documents}, 201, headers, in_utc=utc)
 
 
 def _prepare(
