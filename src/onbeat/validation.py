@@ -187,6 +187,11 @@ def choice(kind: type[E], value: object, field: str) -> E:
     raise ValidationError(field, f"{shown(value)} is not one of: {allowed}")
 
 
+_PARAMS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+"""``json.dumps(value, ensure_ascii=False, allow_nan=False)``'s encoder, made once: dumps makes
+one per call when given options (a quarter of the check's cost, twice per created job)."""
+
+
 def params(value: object) -> dict[str, Any]:
     """A JSON object that survives a round trip exactly (string keys, JSON values only, no NaN or
     Infinity, no lone surrogates), nested at most 64 levels and at most 64 KiB, so every reader
@@ -197,7 +202,7 @@ def params(value: object) -> dict[str, Any]:
         raise ValidationError("params", "must be a JSON object")
     _check_json_value(value)
     try:
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+        encoded = _PARAMS_JSON.encode(value).encode()
     except UnicodeEncodeError:
         raise ValidationError("params", _LONE_SURROGATE) from None
     except ValueError as exc:  # an integer too long to print
