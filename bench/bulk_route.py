@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
+
 from onbeat import App, TaskContext
 from onbeat.api.auth import Caller
 from onbeat.api.routes import jobs as routes
@@ -70,10 +72,13 @@ def main() -> None:
             thread.join()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         app.close()
+        with psycopg.connect(url) as conn:
+            stored = conn.execute("SELECT count(*) FROM jobs").fetchone()
     jobs = args.threads * args.batches * args.batch
     figures = {
         "threads": args.threads,
         "jobs": jobs,
+        "stored_jobs": (stored[0] if stored else 0) - WARMUP * args.batch,
         "cpu_us_per_job": round(cpu / jobs * 1e6, 1),
         "jobs_per_second": round(jobs / wall),
         "python_loop_us": python_loop_us(),
