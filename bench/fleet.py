@@ -13,6 +13,10 @@ migrated, dropped afterwards):
   ``App.submit_many``. Start delay p50/p99/max, runs started more than 1 s late, lost, duplicated.
 - ``burst`` (W2): with the fleet warm, ``--burst`` (10,000) one-shot jobs due at one whole second T,
   ``--burst-lead`` (30 s) ahead. Start delay p50/p95/p99/max, early starts, lost, duplicated.
+- ``seconds``: with the fleet warm, ``--crons`` (100) every-second cron jobs (``* * * * * *``);
+  after ``--settle`` (25 s: the dispatch's window and the claims ahead fill), the runs due
+  in the next ``--duration`` seconds: start delays, lost, duplicated, and the fleet's CPU per run
+  from then until the fleet stops (the cost of runs whose job's next runs are already queued).
 
 The task (``bench/fleet_app.py``) appends ``execution_id scheduled_for start`` to a file per worker
 process with one ``write()``: starts, lost (no start line) and duplicated runs (two lines) come
@@ -26,6 +30,7 @@ Examples::
     .venv/bin/python bench/fleet.py --phase throughput --queue redis
     .venv/bin/python bench/fleet.py --phase steady --queue table --rate 2000 --duration 60
     .venv/bin/python bench/fleet.py --phase burst --queue both
+    .venv/bin/python bench/fleet.py --phase seconds --queue redis --crons 100 --duration 40
 
 Prints a table and one ``BENCH_JSON {...}`` line per run; exits 1 if a run was lost, duplicated
 or not started in time. See bench/README.md for figures and what limits them.
@@ -63,7 +68,13 @@ if str(REPO) not in sys.path:  # run as a script (and as the loader): import ben
     sys.path.insert(0, str(REPO))
 
 from bench.box import python_loop_us  # noqa: E402
-from bench.fleet_measure import CpuMonitor, PgSampler, Starts, drain_figures  # noqa: E402
+from bench.fleet_measure import (  # noqa: E402
+    CpuMonitor,
+    PgSampler,
+    Starts,
+    drain_figures,
+    start_figures,
+)
 
 APP = "bench.fleet_app:app"
 TASK = "bench.noop"
@@ -455,7 +466,36 @@ def burst_phase(fleet: Fleet, monitor: CpuMonitor, starts: Starts) -> dict[str, 
     }
 
 
-PHASES = {"throughput": throughput_phase, "steady": steady_phase, "burst": burst_phase}
+def seconds_phase(fleet: Fleet, monitor: CpuMonitor, starts: Starts) -> dict[str, Any]:
+    args = fleet.args
+    warm_fleet(fleet, monitor)
+    app = bench_app(fleet.database_url, fleet.queue_url)
+    app.submit_many([app.prepare(TASK, cron="* * * * * *") for _ in range(args.crons)])
+    app.close()
+    time.sleep(args.settle)
+    first = math.ceil(time.time())
+    end = first + math.ceil(args.duration)
+    monitor.mark()
+    expected = args.crons * (end - first)
+    time.sleep(max(0.0, end + 5 - time.time()))  # the last second's runs started, and some
+    starts.read()
+    measured = [run for run in starts.runs if first <= run[1] < end]
+    figures = start_figures(measured, expected)
+    return {
+        "runs": expected,
+        "crons": args.crons,
+        "timed_out": figures["started"] < expected,
+        "measured_s": end - first,
+        **figures,
+    }
+
+
+PHASES = {
+    "throughput": throughput_phase,
+    "steady": steady_phase,
+    "burst": burst_phase,
+    "seconds": seconds_phase,
+}
 
 
 def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -560,6 +600,11 @@ TABLE_ROWS: dict[str, list[tuple[str, str, str]]] = {
         ("all started after T", "all_started_after_due_s", "s"),
         ("early", "early", ""),
     ],
+    "seconds": [
+        ("every-second cron jobs", "crons", ""),
+        ("start delay p50 / p99 / max", "delay_p50_s|delay_p99_s|delay_max_s", "s"),
+        ("early", "early", ""),
+    ],
 }
 COMMON_ROWS = [
     ("runs / started / lost / duplicated", "runs|started|lost|duplicated", ""),
@@ -634,10 +679,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--claim-batch", type=int, help="worker --claim-batch (default: Settings)")
     p.add_argument("--jobs", type=int, default=20_000, help="throughput: runs submitted")
     p.add_argument("--rate", type=float, default=2_000, help="steady: runs/s submitted")
-    p.add_argument("--duration", type=float, default=60, help="steady: seconds of load")
+    p.add_argument(
+        "--duration", type=float, default=60, help="steady: seconds of load; seconds: measured"
+    )
     p.add_argument("--lead", type=float, default=2.0, help="steady: runs due this far ahead")
     p.add_argument("--burst", type=int, default=10_000, help="burst: runs due at one second")
     p.add_argument("--burst-lead", type=float, default=30.0, help="burst: seconds to T")
+    p.add_argument("--crons", type=int, default=100, help="seconds: every-second cron jobs")
+    p.add_argument("--settle", type=float, default=25.0, help="seconds: seconds before measuring")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds the fleet idles first")
     p.add_argument("--timeout", type=float, default=300.0, help="throughput: give up after")
     p.add_argument("--profile", help="directory for py-spy raw profiles of each onbeat process")
