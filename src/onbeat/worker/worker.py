@@ -250,8 +250,10 @@ class Worker:
         early = [HeldAhead.of(r) for r in claim.started if r.execution.started_at is None]
         self._start([r for r in claim.started if r.execution.started_at is not None], granted_at)
         self._ahead.hold(early)
-        if room and len(claim.not_due) > len(early):
-            self._ahead.refuse(min((run.due_at for run in early), default=None))
+        if room:  # runs handed back that are not due yet: refused ahead (not due-now limits)
+            now = self.clock.now()
+            if sum(item.due_at > now for item in claim.not_due) > len(early):
+                self._ahead.refuse(min((run.due_at for run in early), default=None))
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
             await self._give_back(claim.not_due)
