@@ -128,7 +128,7 @@ def row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
     ``cursor.description`` builds a ``Column`` object per column on every call (37 us for the 40
     columns of a claim's candidates), and each statement's result asked for it again."""
     result = cursor.pgresult
-    names = () if result is None else tuple(result.fname(i) for i in range(result.nfields))
+    names = () if result is None else tuple(map(result.fname, range(result.nfields)))
     index = _ROW_INDEXES.get(names)
     if index is None:
         built: dict[str | int, int] = {
