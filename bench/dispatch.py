@@ -59,7 +59,12 @@ def one_round(crons: int, once: int, page: int) -> dict[str, float]:
         finally:
             store.close()
     assert dispatched == crons + once, f"dispatched {dispatched} of {crons + once}"
-    return {"wall_s": wall, "client_us_per_run": cpu / dispatched * 1e6, "pages": pages}
+    return {
+        "wall_s": wall,
+        "client_us_per_run": cpu / dispatched * 1e6,
+        "pages": pages,
+        "dispatched": dispatched,
+    }
 
 
 def main() -> None:
@@ -79,6 +84,8 @@ def main() -> None:
         "crons": args.crons,
         "once": args.once,
         "page": args.page,
+        "dispatched": [r["dispatched"] for r in rounds],
+        "pages": [r["pages"] for r in rounds],
         "wall_s_median": round(statistics.median(r["wall_s"] for r in rounds), 3),
         "client_us_per_run_median": round(
             statistics.median(r["client_us_per_run"] for r in rounds), 1
