@@ -18,6 +18,7 @@ import pytest
 from onbeat import App
 from onbeat.errors import QueueUnavailableError
 from onbeat.node import Node
+from onbeat.queue import failover
 from onbeat.queue.base import QueueItem
 from onbeat.queue.failover import (
     FALLBACK_RECHECK,
@@ -123,6 +124,38 @@ async def test_failover__runs_enqueued_while_down_are_claimed_from_the_fallback(
     await queue.enqueue([QueueItem("after", _at(clock, 0))])
     assert changes == [False, True]
     assert sorted(await queue.claim_due(10)) == ["after", "before"]
+
+
+async def test_failover__a_retry_of_a_frozen_primary_gives_up_sooner_than_the_first_call(
+    parts: tuple[FailoverDelayQueue, SwitchableQueue, CountingTable],
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frozen primary (Redis under ``kill -STOP``) never answers. The first call waits
+    ``PRIMARY_TIMEOUT`` for it; each retry, every ``PRIMARY_RETRY`` while it stays frozen, only
+    ``RETRY_TIMEOUT``, so the claims behind it reach the fallback's runs sooner."""
+    monkeypatch.setattr(failover, "PRIMARY_TIMEOUT", 0.6)
+    monkeypatch.setattr(failover, "RETRY_TIMEOUT", 0.05)
+    queue, primary, fallback = parts
+    frozen = asyncio.Event()
+
+    async def never_answers(limit: int, ahead: float = 0.0) -> list[str]:
+        await frozen.wait()
+        return []
+
+    primary.claim_due = never_answers  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await queue.claim_due(10) == []
+    first = loop.time() - began
+    await fallback.enqueue([QueueItem("during", _at(clock, 0))])
+    queue._heard(None)  # what the fallback's LISTEN connection reports
+    clock.advance(PRIMARY_RETRY)
+    began = loop.time()
+    assert await queue.claim_due(10) == ["during"]
+    retried = loop.time() - began
+    assert first >= 0.6 and retried < 0.4, (first, retried)
+    assert not queue.primary_up
 
 
 async def test_failover__missing_while_down_counts_only_the_fallback(

@@ -7,7 +7,7 @@
 - **Enqueue** goes to the primary; if the primary fails or takes longer than
   ``PRIMARY_TIMEOUT``, the batch goes to the fallback instead. After a failure the primary is
   skipped for ``PRIMARY_RETRY`` seconds, so a dead Redis costs one failed call per second per
-  process, not one per batch.
+  process, not one per batch, and each of those retries waits at most ``RETRY_TIMEOUT``.
 - **Claim** takes from the fallback whenever it may hold a due item, then from the primary. The
   fallback is not read on every claim: its LISTEN connection reports every batch any process
   enqueues (``TableDelayQueue.observe``), so this object knows the fallback's earliest due time
@@ -57,6 +57,12 @@ PER_ITEM_TIMEOUT = 50e-6
 """Seconds per id added to ``PRIMARY_TIMEOUT``: 5,000 ids (the dispatch batch) get 1.25 s."""
 PRIMARY_RETRY = 1.0
 """Seconds (clock) between attempts on a primary that failed."""
+RETRY_TIMEOUT = 0.25
+"""Seconds (real time) an attempt on a primary that failed may take, plus ``PER_ITEM_TIMEOUT``
+per id: a primary that is back answers in milliseconds. With ``PRIMARY_TIMEOUT`` each retry of
+a frozen Redis (``kill -STOP``) held the claim or the enqueue that made it for a second, every
+``PRIMARY_RETRY``: a run enqueued while the scheduler's retry waited, then claimed while a
+worker's did, started 2 s late (the fault suite's S5, ``redis_down_start_delay_p99``)."""
 PROBE_INTERVAL = 0.5
 """Seconds (clock) between a watched queue's probes of its primary: an idle primary is pinged,
 one that can tell is asked whether it lost its data (a pipeline of three cheap commands). Half a
@@ -284,7 +290,7 @@ class FailoverDelayQueue:
         A call cut off by the timeout may have done its work all the same: an enqueue then
         leaves copies in both queues (the store starts the run once), a claim loses its ids
         until the sweep re-enqueues them (as when a worker dies right after claiming)."""
-        timeout = PRIMARY_TIMEOUT + ids * PER_ITEM_TIMEOUT
+        timeout = (PRIMARY_TIMEOUT if self._primary_up else RETRY_TIMEOUT) + ids * PER_ITEM_TIMEOUT
         try:
             try:
                 result = await asyncio.wait_for(call(), timeout)
