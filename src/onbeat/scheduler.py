@@ -187,14 +187,24 @@ class Scheduler:
         most ``sweep_batch`` runs queued and overdue by ``sweep_overdue`` in the held shards, from
         where the previous pass stopped (wrapping around at the end), so that a backlog of any
         size costs each pass the same."""
-        total = await self._sweep_taken_over()
-        added, self._sweep_cursor = await self._sweep_page(
+        taken_over = await self._sweep_taken_over()
+        if taken_over:  # submitted while no scheduler held the shard, or by a process whose
+            # memory queue is not this one (a script's app.schedule, before `onbeat up`)
+            log.info(
+                "enqueued %d queued runs of the shards just taken over that the delay queue"
+                " did not hold",
+                taken_over,
+            )
+        overdue, self._sweep_cursor = await self._sweep_page(
             sorted(self.leases.epochs), self.settings.sweep_overdue, self._sweep_cursor
         )
-        total += added
-        if total:
-            log.info("re-enqueued %d queued runs the delay queue did not hold", total)
-        return total
+        if overdue:
+            log.info(
+                "re-enqueued %d runs queued over %gs ago that the delay queue did not hold",
+                overdue,
+                self.settings.sweep_overdue,
+            )
+        return taken_over + overdue
 
     async def _sweep_taken_over(self) -> int:
         """Every queued run of the shards just taken over, page by page (see ``sweep``)."""

@@ -4,8 +4,11 @@ the queue lost, a bounded page per pass, and the shard leases are renewed whatev
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
+
+import pytest
 
 from onbeat.queue.memory import MemoryDelayQueue
 from onbeat.scheduler import Scheduler
@@ -35,13 +38,21 @@ async def test_sweep__reenqueues_nothing_the_queue_still_holds(node: Node) -> No
     assert node.scheduler.stats.swept == 0
 
 
-async def test_sweep__reenqueues_exactly_the_runs_the_queue_lost(node: Node) -> None:
+async def test_sweep__reenqueues_exactly_the_runs_the_queue_lost(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
     node.app.settings.sweep_batch = 10
     ids = await backlog(node, 25)
     lost = ids[::4]  # 7 runs, spread over every page
     await node.queue.remove(lost)
-    passes = [await node.scheduler.sweep() for _ in range(3)]  # 3 pages of at most 10 cover 25
+    with caplog.at_level(logging.INFO, "onbeat.scheduler"):
+        passes = [await node.scheduler.sweep() for _ in range(3)]  # 3 pages of at most 10: 25
     assert sum(passes) == len(lost) == 7
+    assert [r.getMessage() for r in caplog.records if "re-enqueued" in r.getMessage()] == [
+        f"re-enqueued {n} runs queued over 15s ago that the delay queue did not hold"
+        for n in passes
+        if n
+    ]
     assert await node.queue.missing(ids) == []
     assert await node.scheduler.sweep() == 0
 
@@ -58,7 +69,7 @@ async def test_sweep__reads_a_bounded_page_per_pass_and_goes_on_where_it_stopped
 
 
 async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_ones(
-    node: Node,
+    node: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A dead scheduler's queue is gone with it: its queued runs go to the new owner's queue as
     it takes the shards, not ``sweep_overdue`` after their time; page by page, each bounded."""
@@ -72,7 +83,11 @@ async def test_sweep__after_a_takeover_checks_every_queued_run_not_only_overdue_
     heir = Scheduler(node.app.store, heir_queue, node.app.settings, node.clock)
     await heir.renew_shards()  # the takeover wakes the sweep loop
     assert heir.leases.acquired == frozenset(range(4))
-    assert await heir.sweep() == 12  # every queued run of the shards taken, though not overdue
+    with caplog.at_level(logging.INFO, "onbeat.scheduler"):
+        assert await heir.sweep() == 12  # every queued run of the shards taken, not overdue
+    assert [r.getMessage() for r in caplog.records if "delay queue" in r.getMessage()] == [
+        "enqueued 12 queued runs of the shards just taken over that the delay queue did not hold"
+    ]
     assert heir.stats.swept == 12
     assert await heir_queue.size() == 12
     assert await heir.sweep() == 0
