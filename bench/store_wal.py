@@ -15,7 +15,10 @@ the server's host as a user that may) each phase's records are read back and onl
 schema's relations, and of the transactions that wrote them (their commit records), are counted:
 the figure then holds whatever else the server does. Without it, the smallest of ``--repeat``
 rounds is the figure (other work only adds).
-It uses the Store API only, so the same script measures an older checkout:
+Each round also counts the runs through each phase (created, dispatched, claimed, finished) and,
+read back from the schema at the end, the runs, attempts and jobs by status; all go into the
+``BENCH_JSON {...}`` line, and the script exits 1 unless every run went through every phase once
+and ended succeeded. It uses the Store API only, so the same script measures an older checkout:
 
     .venv/bin/python -m bench.store_wal --repeat 3
     git archive <commit> src | tar -x -C /tmp/before
@@ -30,6 +33,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +51,8 @@ APP_NAME = "onbeat-store-wal"
 """application_name of the store's connections: their backends' CPU is read from /proc."""
 
 PHASES = ("create", "dispatch", "claim", "finish")
+PHASE_COUNTS = ("created", "dispatched", "claimed", "finished")
+"""Runs through each phase, as the store's calls returned them."""
 
 
 def _lsn(url: str) -> int:
@@ -194,6 +200,7 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
         work: dict[str, dict[str, float]] = {}
         counter = StatementCounter()
         marks: list[tuple[int, float, float]] = []
+        counts = dict.fromkeys(PHASE_COUNTS, 0)
 
         def mark() -> None:
             counter.phase = PHASES[len(marks) // 2] if len(marks) < 8 else ""
@@ -217,6 +224,7 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
             for start in range(0, runs, 1000):
                 created += [c.job.id for c in store.job_create_many(news[start : start + 1000])]
             mark()
+            counts["created"] = len(created)
             measured("create")
             spans["create"] = (before, _lsn(url))
             wal["create"] = spans["create"][1] - before
@@ -231,12 +239,14 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
             measured("dispatch")
             spans["dispatch"] = (before, _lsn(url))
             wal["dispatch"] = spans["dispatch"][1] - before
+            counts["dispatched"] = len(queued)
             assert len(queued) == runs, (len(queued), runs)
 
             tokens: dict[str, int] = {}
 
             def claim(ids: Sequence[str]) -> None:
                 result = store.execution_claim(list(ids), "bench-worker", 600, 600)
+                counts["claimed"] += len(result.started)
                 tokens.update((r.execution.id, r.execution.fencing_token) for r in result.started)
 
             before = _lsn(url)
@@ -249,7 +259,8 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
             assert len(tokens) == runs
 
             def finish(ids: Sequence[str]) -> None:
-                store.execution_finish_many([Completion(i, tokens[i], True) for i in ids])
+                done = store.execution_finish_many([Completion(i, tokens[i], True) for i in ids])
+                counts["finished"] += len(done)
 
             before = _lsn(url)
             mark()
@@ -280,6 +291,14 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
                     " WHERE schemaname = current_schema() ORDER BY relname"
                 )
             }
+            final: dict[str, dict[str, int]] = {
+                name: {r[0]: r[1] for r in c.execute(query)}
+                for name, query in (
+                    ("executions", "SELECT status, count(*) FROM executions GROUP BY status"),
+                    ("attempts", "SELECT outcome, count(*) FROM attempts GROUP BY outcome"),
+                    ("jobs", "SELECT status, count(*) FROM jobs GROUP BY status"),
+                )
+            }
     statement_us = {
         f"{phase} {name}": round(seconds / runs * 1e6, 1)
         for (phase, name), seconds in sorted(counter.seconds.items(), key=lambda kv: -kv[1])
@@ -292,6 +311,17 @@ def one_round(runs: int, batch: int, partitions: bool, waldump: str | None) -> d
         "wal_without_page_images": records_only,
         "tables": tables,
         "wal_by_relation": relations,
+        "counts": counts,
+        "final": final,
+    }
+
+
+def counts_add_up(round_: dict[str, Any], runs: int) -> bool:
+    """Every run created, dispatched, claimed and finished once, and in the store at the end one
+    succeeded run, one succeeded attempt and one completed job each."""
+    ended = {"executions": "succeeded", "attempts": "succeeded", "jobs": "completed"}
+    return set(round_["counts"].values()) == {runs} and round_["final"] == {
+        name: {status: runs} for name, status in ended.items()
     }
 
 
@@ -349,7 +379,9 @@ def main() -> None:
         for name in names:
             row = "".join(f"{by_phase[p].get(name, 0) / args.runs:10.0f}" for p in PHASES)
             print(f"  {name:<44}{row}")
-    print(json.dumps({"per_run": per_run, "rounds": rounds}))
+    print("BENCH_JSON " + json.dumps({"per_run": per_run, "rounds": rounds}))
+    if not all(counts_add_up(r, args.runs) for r in rounds):
+        sys.exit(1)  # a run lost or not finished: the figures are not of every run
 
 
 if __name__ == "__main__":
