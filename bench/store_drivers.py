@@ -19,8 +19,11 @@ took up their lessons: see ``bench/store_drivers_tx.py``).
 Per phase: runs/s, client CPU (``time.process_time``, every thread) and backend CPU
 (``/proc/<pid>/stat`` of the variant's backends, by ``application_name``) per 1,000 runs, batch
 p50/p99; ``--repeat`` (3) rounds, order rotated; a table, and every figure in
-``bench/results/store_drivers-<time>.json``. ``--statements`` times each statement per SQL shape;
-``--profile`` runs the store's two methods under cProfile. Figures: bench/README.md.
+``<--out>/store_drivers-<time>.json`` (``--out``: bench/results). One ``BENCH_JSON {...}`` line has
+the summary and, per variant and round, the runs claimed and finished and, read back from the
+schema, the succeeded runs and attempts and completed jobs (a shortfall stops the script).
+``--statements`` times each statement per SQL shape; ``--profile`` runs the store's two methods
+under cProfile. Figures: bench/README.md.
 
     .venv/bin/pip install -e '.[bench]'                               # asyncpg
     .venv/bin/python -m bench.store_drivers --random-page-cost 1.1    # ~15 min at 20,000 runs
@@ -53,7 +56,16 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
-from bench.store_drivers_tx import (
+from onbeat.schedule import Schedule
+from onbeat.store.base import DispatchParams, NewJob
+from onbeat.store.postgres import PostgresStore
+from onbeat.testing.postgres import TEST_SERVER, fresh_schema
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: import bench.* from the repo
+    sys.path.insert(0, str(REPO))
+
+from bench.store_drivers_tx import (  # noqa: E402
     SHAPES,
     AsyncpgDriver,
     Claimed,
@@ -62,10 +74,6 @@ from bench.store_drivers_tx import (
     PsycopgSyncDriver,
     StoreDriver,
 )
-from onbeat.schedule import Schedule
-from onbeat.store.base import DispatchParams, NewJob
-from onbeat.store.postgres import PostgresStore
-from onbeat.testing.postgres import TEST_SERVER, fresh_schema
 
 VARIANTS = ("store", "psycopg-sync/json", "psycopg-async/json", "asyncpg/json")
 RESULTS = Path(__file__).parent / "results"
@@ -141,7 +149,8 @@ def restore(url: str, loaded_at: int) -> list[str]:
         return [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY due_at, id")]
 
 
-def check_finished(url: str, runs: int) -> None:
+def check_finished(url: str, runs: int) -> dict[str, int]:
+    """The succeeded runs and attempts and the completed jobs in the schema: ``runs`` each."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM executions WHERE status = 'succeeded'),"
@@ -149,6 +158,7 @@ def check_finished(url: str, runs: int) -> None:
             " (SELECT count(*) FROM jobs WHERE status = 'completed')"
         ).fetchone()
     assert row == (runs, runs, runs), f"succeeded/attempts/completed {row}, wanted {runs} each"
+    return dict(zip(("succeeded", "attempts", "completed"), row, strict=True))
 
 
 def backend_cpu(monitor: psycopg.Connection[Any], application_name: str) -> dict[int, float]:
@@ -243,8 +253,14 @@ async def run_variant(
             assert sum(finished) == len(ids), f"{variant}: finished {sum(finished)} of {len(ids)}"
         finally:
             await driver.close()
-    check_finished(url, len(ids))
-    return {"variant": variant, "runs": len(ids), "claim": claim, "finish": finish}
+    counts = {"claimed": started, "finished": sum(finished), **check_finished(url, len(ids))}
+    return {
+        "variant": variant,
+        "runs": len(ids),
+        "counts": counts,
+        "claim": claim,
+        "finish": finish,
+    }
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -330,7 +346,7 @@ def environment(args: argparse.Namespace, url: str) -> dict[str, Any]:
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
         "commit": commit,
-        "settings": {k: v for k, v in vars(args).items() if k != "variants"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("variants", "out")},
     }
 
 
@@ -363,7 +379,7 @@ def profile(url: str, loaded_at: int, args: argparse.Namespace) -> None:
             profiler.disable()
             wall = time.perf_counter() - started
             print(f"\n=== {phase}: {len(ids)} runs in {wall:.2f} s (under cProfile) ===")
-            path = RESULTS / f"store_drivers-profile-{phase}.pstats"
+            path = args.out / f"store_drivers-profile-{phase}.pstats"
             profiler.dump_stats(path)
             stats = pstats.Stats(profiler, stream=sys.stdout)
             stats.sort_stats("tottime").print_stats(args.top)
@@ -461,12 +477,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="time each statement of the two transactions, per SQL shape (psycopg sync)",
     )
     p.add_argument("--top", type=int, default=25, help="functions listed by --profile")
+    p.add_argument("--out", type=Path, default=RESULTS, help="directory the results are saved in")
     args = p.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for variant in args.variants:
         if variant != "store" and ("/" not in variant or variant.split("/")[1] not in SHAPES):
             p.error(f"unknown variant {variant!r}: 'store' or DRIVER/{'|'.join(SHAPES)}")
-    RESULTS.mkdir(exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # drop the schema when killed
 
     with fresh_schema(args.server) as url:
@@ -487,11 +504,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     print()
     print(table(summary))
     print(f"load average at the end: {os.getloadavg()}")
-    path = RESULTS / f"store_drivers-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
+    path = args.out / f"store_drivers-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
     path.write_text(
         json.dumps({"environment": env, "summary": summary, "rounds": rounds}, indent=1)
     )
     print(f"saved {path}")
+    counts = {variant: [r["counts"] for r in rs] for variant, rs in rounds.items()}
+    figures = {"bench": "store_drivers", "runs": args.runs, "counts": counts, "summary": summary}
+    print("BENCH_JSON " + json.dumps({**figures, "saved": str(path)}))
 
 
 if __name__ == "__main__":
