@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -47,6 +48,10 @@ def _runs(node: Node, job_ids: list[str]) -> list[Execution]:
     return [e for job_id in job_ids for e in node.app.list_executions(job_id)]
 
 
+def _all_succeeded(node: Node, job_ids: list[str]) -> bool:
+    return all(e.status is ExecutionStatus.SUCCEEDED for e in _runs(node, job_ids))
+
+
 def _held_ahead(node: Node, job_ids: list[str]) -> int:
     return sum(
         e.status is ExecutionStatus.QUEUED and e.lease_owner is not None
@@ -83,6 +88,26 @@ async def test_claim_ahead__a_burst_starts_at_its_instant_and_not_before(node: N
         assert run.started_at == due
         assert [a.started_at for a in run.attempts] == [due]
     assert sorted(params["n"] for _, params, _ in node.calls.seen) == list(range(20))
+
+
+async def test_claim_ahead__runs_held_by_several_claims_start_each_at_its_own_due_time(
+    node: Node,
+) -> None:
+    """The loop confirms, at each due time, the runs due then and none later, in whatever order
+    the claims took them (the latest due first here)."""
+    late = await _burst(node, 3, due_in=1.5)
+    async with _running(_worker(node)):
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, late) == 3), 10)
+        early = await _burst(node, 2, due_in=0.5)
+        middle = await _burst(node, 2, due_in=1.0)
+        await asyncio.wait_for(_until(lambda: _held_ahead(node, late + early + middle) == 7), 10)
+        for group in (early, middle, late):
+            node.clock.advance(0.49)
+            await asyncio.sleep(0.05)  # the loop may run anything that is (wrongly) due
+            assert _held_ahead(node, group) == len(group), "a run started before its due time"
+            node.clock.advance(0.01)
+            await asyncio.wait_for(_until(partial(_all_succeeded, node, group)), 10)
+        assert len(node.calls.seen) == 7
 
 
 async def test_claim_ahead__confirmed_runs_start_within_the_concurrency(node: Node) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import logging
 import math
 import threading
@@ -95,6 +96,10 @@ class ClaimsAhead:
         self._start = start
         self.runs: dict[str, HeldAhead] = {}
         """Claimed ahead, not confirmed yet. Event loop only."""
+        self._due_order: list[tuple[datetime, str]] = []
+        """A heap of (due time, id) of ``runs`` (and of runs no longer held, skipped when they
+        reach the top): the loop finds the next due time, and the runs due, without reading
+        every run held (50,000 each claim in W3 at 100,000)."""
         self.leases: dict[str, int] = {}
         """id -> token of the runs claimed ahead and not confirmed, under the worker's lock."""
         self._refused_until = -math.inf
@@ -127,16 +132,25 @@ class ClaimsAhead:
         """Keep runs claimed ahead (their leases already in ``leases``) until their due time."""
         if runs:
             self.runs.update((run.id, run) for run in runs)
+            for run in runs:
+                heapq.heappush(self._due_order, (run.due_at, run.id))
             self._added.set()
+
+    def _next_due(self) -> datetime | None:
+        """The earliest due time of the runs held (entries of runs gone leave the heap here)."""
+        order = self._due_order
+        while order and order[0][1] not in self.runs:
+            heapq.heappop(order)
+        return order[0][0] if order else None
 
     async def loop(self, stopping: asyncio.Event) -> None:
         """At each due time of the runs held, confirm those due and start them."""
         while not stopping.is_set():
             self._added.clear()
-            if not self.runs:
+            due = self._next_due()
+            if due is None:
                 await sleep_or_wake(self.clock, 1.0, self._added, stopping)
                 continue
-            due = min(run.due_at for run in self.runs.values())
             wait = (due - self.clock.now()).total_seconds()
             if wait > 0:
                 await sleep_or_wake(self.clock, wait, self._added, stopping)
@@ -148,9 +162,12 @@ class ClaimsAhead:
         """Confirm the runs held that are due, start those confirmed (as slots free) and release
         the others; False if the store failed (they stay held, to try again)."""
         now = self.clock.now()
-        due = [run for run in self.runs.values() if run.due_at <= now]
-        for run in due:
-            del self.runs[run.id]
+        due = []
+        order = self._due_order
+        while order and order[0][0] <= now:
+            run = self.runs.pop(heapq.heappop(order)[1], None)
+            if run is not None:  # else confirmed or given up already
+                due.append(run)
         with self._lock:  # the watchdog may have handed some back meanwhile
             held = {run.id: run.token for run in due if self.leases.get(run.id) == run.token}
         if not held:
@@ -222,4 +239,5 @@ class ClaimsAhead:
             if (token := self.leases.pop(eid, None)) == run.token
         }
         self.runs.clear()
+        self._due_order.clear()
         return taken
