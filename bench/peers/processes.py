@@ -157,7 +157,7 @@ class PeerRun:
         redis_url = self.redis.url if self.redis else ""
         return {
             **os.environ,
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",  # this tree's onbeat
             "PEERS_LEDGER_DIR": str(self.ledger),
             "PEERS_DATABASE_URL": database_url,
             "PEERS_REDIS_URL": redis_url,
