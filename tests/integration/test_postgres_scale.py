@@ -269,3 +269,38 @@ def test_dispatch__a_herd_after_polls_of_an_empty_store_reads_each_job_once_at_m
             assert len(store.execution_dispatch(params)) == HERD
         scanned = _rows_scanned(admin, "jobs") - before
     assert scanned <= HERD, f"the dispatch of {HERD:,} runs scanned {scanned:,} job rows"
+
+
+def _history_of(store: Store, admin: psycopg.Connection[Any], runs: int, now_us: int) -> None:
+    """``runs`` final runs in the history of the clock's day (written as the finish writes them:
+    its partition, one row each), and the day partitions a fleet keeps."""
+    store.history_maintain(30, 7)
+    admin.execute(
+        "INSERT INTO execution_history (id, job_id, shard, trigger, scheduled_for, due_at,"
+        " status, priority, created_at, finished_at)"
+        " SELECT 'done-' || g, 'gone-' || g, 0, 'schedule', %(now)s - g, %(now)s - g,"
+        " 'succeeded', 0, %(now)s, %(now)s FROM generate_series(1, %(runs)s) AS g",
+        {"now": now_us, "runs": runs},
+    )
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never analyzed", "analyzed"])
+def test_run_insert__reads_no_more_as_the_days_history_grows(analyzed: bool) -> None:
+    """A new run is checked against the history (a fire time there gets no second run) by one
+    probe of its day's partition. As an anti-join planned for the 100 rows PostgreSQL assumes
+    of a JSON recordset, the check hashed the whole day's history for each insert (one
+    ``POST /jobs``: 10 ms with 9,000 runs ended that day): the cost of a create grew with the
+    day's work until about 80,000 runs, or whatever the statistics last said."""
+    buffers = []
+    for runs in (SMALL, LARGE):
+        clock = FakeClock()
+        with _store_never_vacuumed(clock) as (store, admin):
+            _history_of(store, admin, runs, int(clock.now().timestamp() * 1_000_000))
+            if analyzed:
+                admin.execute("ANALYZE")
+            names = {store._q["executions_insert_many"]: "insert"}  # type: ignore[attr-defined]
+            with _explained(names, writes=True) as seen:
+                store.job_create_many([NewJob("record", {}, Schedule.parse())])
+            buffers.append(seen.buffers["insert"])
+    small, large = buffers
+    assert large <= GROWTH * small + SLACK, f"buffers at {SMALL:,} -> {LARGE:,} runs: {buffers}"
