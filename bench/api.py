@@ -79,7 +79,8 @@ app = App()
 
 
 @app.task(name=TASK_NAME, max_attempts=1)
-async def noop(ctx: TaskContext) -> None:
+async def noop(ctx: TaskContext, n: int = 0) -> None:
+    """``n``: the parameter every job of this bench carries (it is ignored)."""
     return None
 
 

@@ -31,7 +31,8 @@ def _record_start(ctx: TaskContext) -> None:
 
 
 @app.task(name="bench.noop", max_attempts=1)
-async def noop(ctx: TaskContext) -> None:
+async def noop(ctx: TaskContext, n: int = 0) -> None:
+    """``n``: the parameter bench/api.py's jobs carry (it is ignored)."""
     _record_start(ctx)
 
 
