@@ -277,7 +277,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-async def bench(servers: Servers, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def bench(servers: Servers, args: argparse.Namespace) -> tuple[list[dict[str, Any]], int]:
+    """The phases' figures, and the dead letters once they are done: runs (of jobs due now)
+    whose no-op task failed, which would make the figures those of failure handling."""
     schedule = (
         {"type": "now"} if args.schedule == "now" else {"type": "cron", "expression": CRON_FAR}
     )
@@ -336,7 +338,9 @@ async def bench(servers: Servers, args: argparse.Namespace) -> list[dict[str, An
             if name == "post" and not ids:
                 raise RuntimeError(f"no job was created: {phase.errors}")
             results.append(figures(phase, args.concurrency))
-    return results
+        dead = await clients[0].get("/dead-letters", params={"limit": 100})
+        dead.raise_for_status()
+    return results, len(dead.json()["items"])
 
 
 async def job_paths(client: httpx.AsyncClient, most: int = 5000) -> list[str]:
@@ -405,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         servers = start_servers(args, tmp)
         try:
-            results = asyncio.run(bench(servers, args))
+            results, dead_letters = asyncio.run(bench(servers, args))
         finally:
             servers.stop()
     finally:
@@ -442,11 +446,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_after],
         "results": results,
+        "dead_letters": dead_letters,
     }
     print("BENCH_JSON " + json.dumps(summary, sort_keys=True))
     failed = [r["phase"] for r in results if r["errors"]]
     if failed:
         print(f"FAILED: unexpected responses in {failed}", file=sys.stderr)
+        return 1
+    if dead_letters:
+        print(f"FAILED: {dead_letters} runs dead-lettered (the task failed)", file=sys.stderr)
         return 1
     return 0
 
