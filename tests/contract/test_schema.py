@@ -102,12 +102,19 @@ def _postgres_catalog(url: str) -> Catalog:
             " ORDER BY viewname",
             args,
         ).fetchall()
+        storage = c.execute(  # a table's fillfactor, say
+            "SELECT rel.relname, rel.reloptions FROM pg_class rel"
+            " JOIN pg_namespace ns ON ns.oid = rel.relnamespace"
+            " WHERE ns.nspname = %(schema)s AND rel.reloptions IS NOT NULL ORDER BY 1",
+            args,
+        ).fetchall()
     return {
         "columns": columns,
         "indexes": indexes,
         "constraints": constraints,
         "partitions": partitions,
         "views": views,
+        "storage": storage,
     }
 
 

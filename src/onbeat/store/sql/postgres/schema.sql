@@ -27,7 +27,7 @@ CREATE TABLE jobs (
     shard               INTEGER NOT NULL,
     created_at          BIGINT NOT NULL,
     updated_at          BIGINT NOT NULL
-);
+) WITH (fillfactor = 70);  -- room in each page: a fire's update of next_fire_at can be HOT
 CREATE INDEX jobs_tenant_id ON jobs (tenant, id);
 CREATE INDEX jobs_tenant_status ON jobs (tenant, status, id);
 CREATE INDEX jobs_tenant_task ON jobs (tenant, task, id);
