@@ -26,6 +26,9 @@ because the node is busy.
 - maintain history: day partitions created ahead and history past the retention dropped
   (``Store.history_maintain``), on start and every ``history_maintain_interval``; every
   scheduler runs it, and the store makes concurrent passes harmless.
+- refresh statistics: tables that outgrew their planner statistics are analyzed
+  (``Store.statistics_refresh``), every ``sweep_interval``, so the plans every process prepared
+  while they were small are made again; one scheduler at a time does it.
 """
 
 from __future__ import annotations
@@ -375,6 +378,10 @@ class Scheduler:
                 upkeep.deleted,
             )
 
+    async def refresh_statistics(self) -> None:
+        """Tables that outgrew their planner statistics analyzed (``Store.statistics_refresh``)."""
+        await asyncio.to_thread(self.store.statistics_refresh)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then give the shards back so another scheduler takes them at once."""
         s = self.settings
@@ -387,6 +394,7 @@ class Scheduler:
             asyncio.create_task(self._every(s.sweep_interval, self.sweep, stop, self._sweep_wake)),
             asyncio.create_task(self._every(s.reconcile_interval, self.reconcile, stop)),
             asyncio.create_task(self._every(s.sweep_interval, self.measure_backlog, stop)),
+            asyncio.create_task(self._every(s.sweep_interval, self.refresh_statistics, stop)),
             asyncio.create_task(
                 self._every(s.history_maintain_interval, self.maintain_history, stop)
             ),

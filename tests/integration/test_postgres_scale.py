@@ -29,7 +29,7 @@ from onbeat.schedule import Schedule
 from onbeat.store import open_store, postgres_session
 from onbeat.store.base import Completion, DispatchParams, JobCursor, NewJob, Store
 from onbeat.testing import FakeClock
-from onbeat.testing.postgres import store_schema
+from onbeat.testing.postgres import fresh_schema, store_schema
 
 SMALL, LARGE = 2_000, 8_000
 SHARDS = 64
@@ -304,3 +304,36 @@ def test_run_insert__reads_no_more_as_the_days_history_grows(analyzed: bool) -> 
             buffers.append(seen.buffers["insert"])
     small, large = buffers
     assert large <= GROWTH * small + SLACK, f"buffers at {SMALL:,} -> {LARGE:,} runs: {buffers}"
+
+
+def _plan_scans(admin: psycopg.Connection[Any], statement: str) -> set[str]:
+    """The tables the generic plan of prepared ``statement`` reads by a sequential scan."""
+    row = admin.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {statement}").fetchone()
+    assert row is not None
+    return {n["Relation Name"] for n in _nodes(row[0][0]["Plan"]) if n["Node Type"] == "Seq Scan"}
+
+
+def test_statistics_refresh__plans_made_on_an_empty_store_are_made_again() -> None:
+    """A worker started on a new store prepares its claim's statements while ``jobs`` and
+    ``runs`` are empty, and PostgreSQL keeps their generic plans until the tables are next
+    analyzed: under W5 the claim's lock of the jobs read all 9,000 jobs a call (4-8 ms) until
+    autovacuum came by. The scheduler's pass analyzes the tables that outgrew their statistics,
+    which makes every session plan them again; a second pass finds nothing to do."""
+    with fresh_schema() as url, psycopg.connect(url, autocommit=True) as admin:
+        store = open_store(url, FakeClock(), shard_count=SHARDS)  # tables never written before
+        for table in ("jobs", "runs"):
+            admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        lock_jobs = store._q["jobs_lock_of_runs"].replace("%(ids)s", "$1")  # type: ignore[attr-defined]
+        store.job_create_many([NewJob("record", {}, Schedule.parse()) for _ in range(20)])
+        admin.execute("SET plan_cache_mode = force_generic_plan")
+        admin.execute(f"PREPARE lock_jobs (text) AS {lock_jobs}")
+        assert "jobs" in _plan_scans(admin, "lock_jobs('[\"x\"]')")  # planned for a page of jobs
+        store.job_create_many([NewJob("record", {}, Schedule.parse()) for _ in range(3000)])
+        assert "jobs" in _plan_scans(admin, "lock_jobs('[\"x\"]')")  # and kept for 3,020
+        with psycopg.connect(admin.info.dsn, autocommit=True) as other, other.transaction():
+            other.execute("SELECT pg_advisory_xact_lock(7243000004)")  # statistics_lock, held
+            assert store.statistics_refresh() == []
+        assert {"jobs", "runs"} <= set(store.statistics_refresh())
+        assert _plan_scans(admin, "lock_jobs('[\"x\"]')") == set()
+        assert store.statistics_refresh() == []
+        store.close()

@@ -622,6 +622,20 @@ class Store(Protocol):
         Concurrency: last writer wins; only the sender holding an alert calls it."""
         ...
 
+    # --- planner statistics: the scheduler's timer ---------------------------------------------
+    def statistics_refresh(self) -> list[str]:
+        """Analyze the tables that take more than twice the pages their planner statistics last
+        counted (and at least 32); their names. Why: a statement prepared while
+        a table was small keeps its plan (a sequential scan, say) until the table is next
+        analyzed, and autovacuum analyzes up to ``autovacuum_naptime`` (a minute) late, so a
+        fleet started on a new store read its growing tables whole for that minute. SQLite keeps
+        no such plans: nothing to do.
+
+        Concurrency: one process at a time (PostgreSQL: a try-lock); another calling it at once
+        skips its pass and returns []. Runs and API calls meanwhile are not held up (ANALYZE
+        takes no lock they wait for)."""
+        ...
+
     # --- history upkeep: the scheduler's timer, and ``onbeat migrate`` ----------------------
     def history_maintain(self, retention_days: int, ahead_days: int) -> HistoryUpkeep:
         """Keep the execution history to size. PostgreSQL: create the day partitions from

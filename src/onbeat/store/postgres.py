@@ -76,6 +76,8 @@ _BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
 """History upkeep's DDL gave way to the runs' transactions: it is tried again at the next pass."""
 HISTORY_TABLES = ("execution_history", "attempts")
 """The tables partitioned by day of fire time, with the same bounds."""
+STATISTICS_MIN_PAGES = 32
+"""statistics_refresh leaves smaller tables (256 KiB) to autovacuum: any plan reads them fast."""
 
 
 class PostgresStore(SQLStore):
@@ -330,6 +332,18 @@ class PostgresStore(SQLStore):
             log.info("dropped history partitions past the retention: %s", ", ".join(dropped))
         return dropped
 
+    def statistics_refresh(self) -> list[str]:
+        with self._tx() as c:
+            if not c.execute(self._q["statistics_lock"]).fetchone()["taken"]:
+                return []
+            args = {"min_pages": STATISTICS_MIN_PAGES}
+            tables = [r["relname"] for r in c.execute(self._q["tables_behind_statistics"], args)]
+            for table in tables:  # names read from the catalog, quoted as identifiers
+                c.execute(self._q["table_analyze"].format(table=_quoted(table)))
+        if tables:
+            log.info("analyzed %s: they outgrew their planner statistics", ", ".join(tables))
+        return tables
+
     @contextmanager
     def _maintenance_tx(self) -> Iterator[StoreConnection]:
         """A transaction of history upkeep: one process at a time, and a DDL lock waited for at
@@ -474,3 +488,8 @@ def pending_migrations(url: str) -> list[int]:
 def _day_number(yyyymmdd: str) -> int:
     """The UTC day number of a partition's ``YYYYMMDD`` suffix."""
     return int(datetime.strptime(yyyymmdd, "%Y%m%d").replace(tzinfo=UTC).timestamp()) // 86_400
+
+
+def _quoted(identifier: str) -> str:
+    """``identifier`` as a quoted SQL identifier, for DDL (which takes no parameters)."""
+    return '"' + identifier.replace('"', '""') + '"'

@@ -118,6 +118,11 @@ class SQLiteStore(SQLStore):
         """Nothing to end: the file's locks are this process's."""
         return 0
 
+    def statistics_refresh(self) -> list[str]:
+        """Nothing to do: SQLite plans each statement from its fixed heuristics (no ANALYZE
+        is ever run on the file), so no plan depends on a table's size when it was prepared."""
+        return []
+
     def write_refusal(self) -> str | None:
         if self._write_refused is None:
             return None  # nothing was refused: no need to touch the disk

@@ -982,6 +982,21 @@ WHERE ctid IN (
 -- history_maintain's steps, one process at a time (they are idempotent anyway).
 SELECT pg_advisory_xact_lock(7243000002);
 
+-- name: statistics_lock
+-- statistics_refresh, one process at a time; another one running it skips its pass.
+SELECT pg_try_advisory_xact_lock(7243000004) AS taken;
+
+-- name: tables_behind_statistics
+-- The store's tables (day partitions included) of at least :min_pages pages and more than twice
+-- the pages their statistics last counted (pg_class.relpages: 0 before the first ANALYZE or
+-- VACUUM). Their size on disk, not the rows the statistics collector counts: that count reaches
+-- it up to seconds late.
+SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind = 'r'
+  AND pg_relation_size(c.oid) >= :min_pages * current_setting('block_size')::bigint
+  AND pg_relation_size(c.oid) > 2 * c.relpages * current_setting('block_size')::bigint
+ORDER BY c.relname;
+
 -- name: partitions_of
 -- The day partitions of a partitioned table (its DEFAULT partition aside), by name.
 SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -1014,6 +1029,9 @@ ALTER TABLE {parent} DETACH PARTITION {partition};
 
 -- name: partition_drop
 DROP TABLE {partition};
+
+-- name: table_analyze
+ANALYZE {table};
 
 -- name: lock_timeout_short
 SET LOCAL lock_timeout = '2s';
