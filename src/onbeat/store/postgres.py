@@ -333,16 +333,29 @@ class PostgresStore(SQLStore):
         return dropped
 
     def statistics_refresh(self) -> list[str]:
-        with self._tx() as c:
-            if not c.execute(self._q["statistics_lock"]).fetchone()["taken"]:
-                return []
+        """Each table in a transaction of its own, under the try-lock; a table a vacuum holds
+        is left to the next pass (its ANALYZE waits at most ``lock_timeout_brief``, which
+        gives up before its wait would cancel autovacuum's work on the table)."""
+        with self._read() as c:
             args = {"min_pages": STATISTICS_MIN_PAGES}
             tables = [r["relname"] for r in c.execute(self._q["tables_behind_statistics"], args)]
-            for table in tables:  # names read from the catalog, quoted as identifiers
-                c.execute(self._q["table_analyze"].format(table=_quoted(table)))
-        if tables:
-            log.info("analyzed %s: they outgrew their planner statistics", ", ".join(tables))
-        return tables
+        analyzed = []
+        for table in tables:
+            try:
+                with self._tx() as c:
+                    if not c.execute(self._q["statistics_lock"]).fetchone()["taken"]:
+                        break  # another scheduler's pass
+                    c.execute(self._q["lock_timeout_brief"])
+                    # a name read from the catalog, quoted as an identifier
+                    c.execute(self._q["table_analyze"].format(table=_quoted(table)))
+                analyzed.append(table)
+            except StoreUnavailableError as exc:
+                if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                    raise
+                log.debug("%s is being vacuumed; analyzed at a later pass", table)
+        if analyzed:
+            log.info("analyzed %s: they outgrew their planner statistics", ", ".join(analyzed))
+        return analyzed
 
     @contextmanager
     def _maintenance_tx(self) -> Iterator[StoreConnection]:

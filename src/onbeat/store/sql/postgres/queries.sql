@@ -983,7 +983,7 @@ WHERE ctid IN (
 SELECT pg_advisory_xact_lock(7243000002);
 
 -- name: statistics_lock
--- statistics_refresh, one process at a time; another one running it skips its pass.
+-- statistics_refresh, one process at a time; another one running it skips the rest of its pass.
 SELECT pg_try_advisory_xact_lock(7243000004) AS taken;
 
 -- name: tables_behind_statistics
@@ -1035,6 +1035,11 @@ ANALYZE {table};
 
 -- name: lock_timeout_short
 SET LOCAL lock_timeout = '2s';
+
+-- name: lock_timeout_brief
+-- Under deadlock_timeout (1 s): a lock waited for that long cancels autovacuum's work on the
+-- table, which statistics_refresh must never do.
+SET LOCAL lock_timeout = '500ms';
 
 -- name: transaction_id_if_assigned
 -- Read just before COMMIT by a transaction that must learn its outcome if COMMIT loses its
