@@ -26,7 +26,7 @@ because the node is busy.
 - maintain history: day partitions created ahead and history past the retention dropped
   (``Store.history_maintain``), on start and every ``history_maintain_interval``; every
   scheduler runs it, and the store makes concurrent passes harmless.
-- refresh statistics: tables that outgrew their planner statistics are analyzed
+- refresh statistics: the hot tables, once they outgrow their planner statistics, are analyzed
   (``Store.statistics_refresh``), every ``sweep_interval``, so the plans every process prepared
   while they were small are made again; one scheduler at a time does it.
 """

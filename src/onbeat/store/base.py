@@ -624,8 +624,8 @@ class Store(Protocol):
 
     # --- planner statistics: the scheduler's timer ---------------------------------------------
     def statistics_refresh(self) -> list[str]:
-        """Analyze the tables that take more than twice the pages their planner statistics last
-        counted (and at least 32); their names. Why: a statement prepared while
+        """Analyze the hot tables (PostgreSQL: ``jobs``, ``runs``) that take more than twice the
+        pages their planner statistics last counted (and at least 32); their names. Why: a statement prepared while
         a table was small keeps its plan (a sequential scan, say) until the table is next
         analyzed, and autovacuum analyzes up to ``autovacuum_naptime`` (a minute) late, so a
         fleet started on a new store read its growing tables whole for that minute. SQLite keeps

@@ -987,15 +987,20 @@ SELECT pg_advisory_xact_lock(7243000002);
 SELECT pg_try_advisory_xact_lock(7243000004) AS taken;
 
 -- name: tables_behind_statistics
--- The store's tables (day partitions included) of at least :min_pages pages and more than twice
--- the pages their statistics last counted (pg_class.relpages: 0 before the first ANALYZE or
--- VACUUM). Their size on disk, not the rows the statistics collector counts: that count reaches
--- it up to seconds late.
+-- Of :tables (a JSON array of names), those of at least :min_pages pages and more than twice the
+-- pages their statistics last counted (pg_class.relpages: 0 before the first ANALYZE or VACUUM).
+-- Their size on disk, not the rows the statistics collector counts: that count reaches it up to
+-- seconds late.
 SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = current_schema() AND c.relkind = 'r'
+  AND c.relname = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:tables AS jsonb))))
   AND pg_relation_size(c.oid) >= :min_pages * current_setting('block_size')::bigint
   AND pg_relation_size(c.oid) > 2 * c.relpages * current_setting('block_size')::bigint
 ORDER BY c.relname;
+
+-- name: statistics_target_low
+-- A sample of 3,000 rows for the ANALYZE that follows, not the default 30,000.
+SET LOCAL default_statistics_target = 10;
 
 -- name: partitions_of
 -- The day partitions of a partitioned table (its DEFAULT partition aside), by name.
@@ -1031,7 +1036,10 @@ ALTER TABLE {parent} DETACH PARTITION {partition};
 DROP TABLE {partition};
 
 -- name: table_analyze
-ANALYZE {table};
+-- The table's size (pg_class.relpages, reltuples), which makes every session plan it again, and
+-- its id's statistics: 27 ms for 50,000 jobs, against 377 for every column from the default
+-- sample. The other columns keep what they had (autovacuum's ANALYZE fills them in).
+ANALYZE {table} (id);
 
 -- name: lock_timeout_short
 SET LOCAL lock_timeout = '2s';
