@@ -624,15 +624,17 @@ class Store(Protocol):
 
     # --- planner statistics: the scheduler's timer ---------------------------------------------
     def statistics_refresh(self) -> list[str]:
-        """Analyze the hot tables (PostgreSQL: ``jobs``, ``runs``) that take more than twice the
-        pages their planner statistics last counted (and at least 32); their names. Why: a statement prepared while
-        a table was small keeps its plan (a sequential scan, say) until the table is next
-        analyzed, and autovacuum analyzes up to ``autovacuum_naptime`` (a minute) late, so a
-        fleet started on a new store read its growing tables whole for that minute. SQLite keeps
-        no such plans: nothing to do.
+        """Analyze the hot tables (PostgreSQL: ``jobs``, ``runs``) that take more than twice
+        the pages their planner statistics last counted (and at least 32); their names.
 
-        Concurrency: one process at a time (PostgreSQL: a try-lock); another calling it at once
-        skips its pass and returns []. Runs and API calls meanwhile are not held up (ANALYZE
+        Why: a statement prepared while a table was small keeps its plan (a sequential scan,
+        say) until the table is next analyzed, and autovacuum analyzes up to
+        ``autovacuum_naptime`` (a minute) late, so a fleet started on a new store read its
+        growing tables whole for that minute. SQLite plans from fixed heuristics, whatever a
+        table's size: nothing to do.
+
+        Concurrency: one process at a time (PostgreSQL: a try-lock per table); another calling
+        it meanwhile skips the rest of its pass. Runs and API calls are not held up (ANALYZE
         takes no lock they wait for)."""
         ...
 

@@ -77,7 +77,7 @@ _BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
 HISTORY_TABLES = ("execution_history", "attempts")
 """The tables partitioned by day of fire time, with the same bounds."""
 STATISTICS_TABLES = ("jobs", "runs")
-"""The tables statistics_refresh keeps up with: those the claim's and the dispatch's prepared
+"""The tables statistics_refresh keeps up with: those the claim's and the finish's prepared
 statements read by their ids, whose plans made on a near-empty store read them whole. Their other
 plans, and the other tables' (the queue table's claim read three times the index entries once
 analyzed), were chosen for tables never analyzed as much as for analyzed ones, and stay
