@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -342,3 +344,30 @@ def test_statistics_refresh__plans_made_on_an_empty_store_are_made_again() -> No
         assert _plan_scans(admin, "lock_jobs('[\"x\"]')") == set()
         assert store.statistics_refresh() == []
         store.close()
+
+
+def test_statistics_refresh__leaves_the_tables_its_role_may_not_analyze() -> None:
+    """A fleet may run as a role that does not own the tables (`onbeat migrate` ran as their
+    owner). ANALYZE skips such a table with a warning, so it would stay behind and be tried, and
+    logged, at every pass: it is left to autovacuum."""
+    role = f"onbeat_fleet_{uuid.uuid4().hex[:8]}"
+    with fresh_schema() as url, psycopg.connect(url, autocommit=True) as admin:
+        owner = open_store(url, FakeClock(), shard_count=SHARDS)
+        owner.job_create_many([NewJob("record", {}, Schedule.parse()) for _ in range(3000)])
+        schema = admin.execute("SELECT current_schema()").fetchone()[0]  # type: ignore[index]
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
+            parts = urlsplit(url)
+            as_role = parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}").geturl()
+            fleet = open_store(as_role, FakeClock(), migrate=False)
+            try:
+                assert fleet.statistics_refresh() == []
+            finally:
+                fleet.close()
+            assert {"jobs", "runs"} <= set(owner.statistics_refresh())
+        finally:
+            owner.close()
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

@@ -42,13 +42,13 @@ def open_store(
 
         return SQLiteStore(url.removeprefix("sqlite:///"), clock, shard_count)
     if url.startswith(POSTGRES_SCHEMES):
-        return _open_postgres(url, clock, shard_count)
+        return _open_postgres(url, clock, shard_count, migrate)
     raise StoreOpenError(
         repr(redact_url(url)), "unsupported scheme (expected sqlite:///PATH or postgresql://...)"
     )
 
 
-def _open_postgres(url: str, clock: Clock | None, shard_count: int) -> Store:
+def _open_postgres(url: str, clock: Clock | None, shard_count: int, migrate: bool) -> Store:
     """``PostgresStore``, imported only when asked for: ``import onbeat`` pulls no driver in.
     Whatever stops it from connecting becomes one StoreOpenError line."""
     try:
@@ -58,7 +58,7 @@ def _open_postgres(url: str, clock: Clock | None, shard_count: int) -> Store:
             redact_url(url), f"PostgreSQL support is not installed ({exc})"
         ) from exc
     try:
-        store: Store = postgres.PostgresStore(url, clock, shard_count)
+        store: Store = postgres.PostgresStore(url, clock, shard_count, migrate)
     except StoreOpenError:
         raise
     except Exception as exc:

@@ -990,9 +990,10 @@ SELECT pg_try_advisory_xact_lock(7243000004) AS taken;
 -- Of :tables (a JSON array of names), those of at least :min_pages pages and more than twice the
 -- pages their statistics last counted (pg_class.relpages: 0 before the first ANALYZE or VACUUM).
 -- Their size on disk, not the rows the statistics collector counts: that count reaches it up to
--- seconds late.
+-- seconds late. Only tables this role owns (or a role it belongs to): ANALYZE skips the others
+-- with a warning, and they would stay behind, to be tried at every pass.
 SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-WHERE n.nspname = current_schema() AND c.relkind = 'r'
+WHERE n.nspname = current_schema() AND c.relkind = 'r' AND pg_has_role(c.relowner, 'USAGE')
   AND c.relname = ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(:tables AS jsonb))))
   AND pg_relation_size(c.oid) >= :min_pages * current_setting('block_size')::bigint
   AND pg_relation_size(c.oid) > 2 * c.relpages * current_setting('block_size')::bigint
