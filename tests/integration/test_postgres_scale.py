@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -337,7 +339,7 @@ def test_statistics_refresh__plans_made_on_an_empty_store_are_made_again() -> No
         store.job_create_many([NewJob("record", {}, Schedule.parse()) for _ in range(3000)])
         assert "jobs" in _plan_scans(admin, "lock_jobs('[\"x\"]')")  # and kept for 3,020
         with psycopg.connect(admin.info.dsn, autocommit=True) as other, other.transaction():
-            other.execute("SELECT pg_advisory_xact_lock(7243000004)")  # statistics_lock, held
+            other.execute(store._q["statistics_lock"])  # type: ignore[attr-defined]  # held here
             assert store.statistics_refresh() == []
         with psycopg.connect(admin.info.dsn, autocommit=True) as other, other.transaction():
             other.execute("LOCK TABLE jobs IN SHARE UPDATE EXCLUSIVE MODE")  # as a vacuum does
@@ -346,6 +348,27 @@ def test_statistics_refresh__plans_made_on_an_empty_store_are_made_again() -> No
         assert "jobs" in store.statistics_refresh()
         assert _plan_scans(admin, "lock_jobs('[\"x\"]')") == set()
         assert store.statistics_refresh() == []
+
+
+def test_statistics_refresh__two_schedulers_at_once() -> None:
+    """Two schedulers' passes at the same instant, each on its own connections: neither fails,
+    the tables behind are analyzed (by either), and a pass after them finds nothing to do."""
+    with (
+        fresh_schema() as url,
+        closing(open_store(url, FakeClock(), shard_count=SHARDS)) as first,
+        closing(open_store(url, FakeClock(), shard_count=SHARDS)) as second,
+    ):
+        first.job_create_many([NewJob("record", {}, Schedule.parse()) for _ in range(3000)])
+        start = threading.Barrier(2)
+
+        def one_pass(store: Store) -> list[str]:
+            start.wait()
+            return store.statistics_refresh()
+
+        with ThreadPoolExecutor(2) as pool:
+            passes = list(pool.map(one_pass, (first, second)))
+        assert {"jobs", "runs"} <= set(passes[0]) | set(passes[1])
+        assert first.statistics_refresh() == second.statistics_refresh() == []
 
 
 def test_statistics_refresh__leaves_the_tables_its_role_may_not_analyze() -> None:
