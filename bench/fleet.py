@@ -101,8 +101,12 @@ def free_redis_port() -> int:
 
 
 # --- the fleet ------------------------------------------------------------------------------------
-def stop_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, int | None]:
-    """SIGTERM to the living, then each exit status by name (None: it had to be killed)."""
+def stop_all(
+    procs: dict[str, subprocess.Popen[bytes]], timeout: float, logs: Path | None = None
+) -> dict[str, int | None]:
+    """SIGTERM to the living, then each exit status by name (None: it had to be killed). A
+    process still alive after ``timeout`` has its threads' stacks appended to its log in
+    ``logs`` (``<name>.log``) before it is killed: where its shutdown hung."""
     for proc in procs.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -111,10 +115,28 @@ def stop_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[
         try:
             statuses[name] = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            if logs is not None:
+                dump_stacks(proc.pid, logs / f"{name}.log")
             proc.kill()
             proc.wait()
             statuses[name] = None
     return statuses
+
+
+HUNG_STOP = re.compile("did not exit on SIGTERM|the graceful stop is not over")
+"""The first line of a hung stop's stacks in a process's log."""
+
+
+def dump_stacks(pid: int, log: Path) -> None:
+    """Append ``py-spy dump`` of every thread of ``pid`` (with its locals) to ``log``."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    with log.open("ab") as out:
+        out.write(f"--- {pid} did not exit on SIGTERM; its threads:\n".encode())
+        out.flush()  # before py-spy writes to the same file
+        subprocess.run(
+            [str(py_spy), "dump", "--locals", "--pid", str(pid)],
+            stdout=out, stderr=subprocess.STDOUT, timeout=30, check=False,
+        )  # fmt: skip
 
 
 @dataclass
@@ -237,7 +259,7 @@ class Fleet:
                 time.sleep(0.05)
 
     def stop(self, timeout: float = 30) -> dict[str, int | None]:
-        return stop_all(self.procs, timeout)
+        return stop_all(self.procs, timeout, self.workdir)
 
     def close(self) -> None:
         self.stop()
@@ -301,13 +323,15 @@ class Fleet:
         return round(taken / claims, 1) if claims else None
 
     def log_tail(self, lines: int = 10) -> str:
-        return "\n".join(
-            f"--- {name}: "
-            + "\n".join(
-                (self.workdir / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
-            )
-            for name in self.procs
-        )
+        """The last ``lines`` of each process's log, and all of a hung stop's stacks (written by
+        the process itself, see ``onbeat.node.SHUTDOWN_OVERRUN``, or by ``stop_all``)."""
+        tails = []
+        for name in self.procs:
+            log_lines = (self.workdir / f"{name}.log").read_text(errors="replace").splitlines()
+            hung = [i for i, line in enumerate(log_lines) if HUNG_STOP.search(line)]
+            first = max(0, hung[0] - lines) if hung else -lines
+            tails.append(f"--- {name}: " + "\n".join(log_lines[first:]))
+        return "\n".join(tails)
 
 
 # --- submitting -----------------------------------------------------------------------------------
@@ -536,8 +560,8 @@ def run_phase(phase: str, queue: str, args: argparse.Namespace) -> dict[str, Any
         )
         figures["fleet_cpu_s"] = round(fleet_cpu, 2)
         figures["cpu_us_per_run"] = round(fleet_cpu / figures["runs"] * 1e6)
-        if figures["timed_out"] or figures["lost"] or None in statuses.values():
-            figures["logs"] = fleet.log_tail()  # (None: a process killed after 30 s of SIGTERM)
+        if figures["timed_out"] or figures["lost"] or set(statuses.values()) != {0}:
+            figures["logs"] = fleet.log_tail()
     finally:
         for p in profilers:
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -9,13 +9,18 @@ one event loop. The fleet's processes run one part each over a shared store and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import faulthandler
 import gc
 import logging
 import os
+import reprlib
 import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
 from prometheus_client import start_http_server
 
@@ -32,6 +37,12 @@ from onbeat.worker import Worker
 from onbeat.worker.catalog import publish_tasks
 
 log = logging.getLogger("onbeat.node")
+
+SHUTDOWN_OVERRUN = 15.0
+"""Seconds past ``shutdown_grace`` a graceful stop may take (flushing outcomes, releasing runs,
+closing connections) before the process reports every thread's stack and exits: a stop that
+hangs would otherwise wait for a SIGKILL and leave no trace of where it hung. 10 + 15 s stays
+under the 30 s Kubernetes gives a pod before it kills it."""
 
 
 class Node:
@@ -82,6 +93,8 @@ class Node:
             self._queue.on_primary_change(self._count_failover)
         self.stop = asyncio.Event()
         self.api_ready = asyncio.Event()
+        self.stop_deadline: threading.Timer | None = None
+        """Set by the stop signal: exits the process if the stop hangs (``SHUTDOWN_OVERRUN``)."""
 
     def _count_skips(self, skips: Mapping[str, int]) -> None:
         for cause, count in skips.items():
@@ -203,6 +216,9 @@ def _stop_signal(node: Node, sig: signal.Signals) -> None:
     if not node.stop.is_set():
         log.info("%s: stopping gracefully (send it again to exit at once)", sig.name)
         node.stop.set()
+        node.stop_deadline = exit_unless_over_within(
+            node.app.settings.shutdown_grace + SHUTDOWN_OVERRUN, asyncio.get_running_loop()
+        )
         return
     log.warning(
         "second %s: exiting now; unfinished runs are retried once their leases expire", sig.name
@@ -210,6 +226,51 @@ def _stop_signal(node: Node, sig: signal.Signals) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(128 + sig)
+
+
+def exit_unless_over_within(seconds: float, loop: asyncio.AbstractEventLoop) -> threading.Timer:
+    """Unless cancelled within ``seconds``, log that the stop is stuck, write every thread's
+    stack and every task's of ``loop`` to stderr, and exit (1). A thread of its own, not the
+    loop: the loop may be what is stuck. Runs not finished then are retried once their leases
+    expire."""
+
+    def exit_stuck() -> None:
+        log.error(
+            "the graceful stop is not over %.0fs after the signal; exiting, with every "
+            "thread's and task's stack on stderr (unfinished runs are retried once their "
+            "leases expire)",
+            seconds,
+        )
+        faulthandler.dump_traceback(all_threads=True)
+        with contextlib.suppress(Exception):  # read from outside the loop: best effort
+            sys.stderr.write(task_stacks(loop))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, exit_stuck)
+    timer.daemon = True  # not waited for by a process that exits
+    timer.start()
+    return timer
+
+
+def task_stacks(loop: asyncio.AbstractEventLoop) -> str:
+    """Each task of ``loop`` and the chain of awaits it is suspended in, innermost last (a
+    thread's stack shows only the loop waiting; ``Task.print_stack`` only a task's outer
+    coroutine)."""
+    out = []
+    for task in asyncio.all_tasks(loop):
+        out.append(f"\nTask {task.get_name()!r} (most recent call last):")
+        awaited: Any = task.get_coro()
+        while (
+            frame := getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        ) is not None:
+            code = frame.f_code
+            out.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        if awaited is not None:
+            out.append(f"  waiting for {reprlib.repr(awaited)}")
+    return "\n".join(out) + "\n"
 
 
 async def serve(
@@ -257,5 +318,9 @@ async def serve(
             base = f"http://{listen[0]}:{listen[1]}"
             print(f"onbeat API: {base}/api/v1  (OpenAPI docs: {base}/docs)", flush=True)
             print(f"onbeat dashboard: {base}/", flush=True)
-    await running
+    try:
+        await running
+    finally:
+        if node.stop_deadline is not None:
+            node.stop_deadline.cancel()
     log.info("onbeat node stopped")
