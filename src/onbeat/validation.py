@@ -192,26 +192,42 @@ _PARAMS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 one per call when given options (a quarter of the check's cost, twice per created job)."""
 
 
+class CheckedParams(dict[str, Any]):
+    """Params that passed :func:`params`, and their JSON (``text``), which the store writes as
+    it is: a job created over REST is checked by the request's schema and again by
+    ``App.prepare``, and was encoded by each check and once more for its row (a bulk create of
+    1,000 jobs: 3,000 encodings and 2,000 checks). What is stored is what was checked, even if
+    the dict is changed after the check."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: dict[str, Any], text: str) -> None:
+        super().__init__(value)
+        self.text = text
+
+
 def params(value: object) -> dict[str, Any]:
     """A JSON object that survives a round trip exactly (string keys, JSON values only, no NaN or
     Infinity, no lone surrogates), nested at most 64 levels and at most 64 KiB, so every reader
-    of the job (the REST API, a worker in another process) can decode it. None is ``{}``."""
+    of the job (the REST API, a worker in another process) can decode it. None is ``{}``.
+    Returns it as ``CheckedParams`` (checked already: returned as it is)."""
+    if type(value) is CheckedParams:
+        return value
     if value is None:
-        return {}
+        return CheckedParams({}, "{}")
     if not isinstance(value, dict):
         raise ValidationError("params", "must be a JSON object")
     _check_json_value(value)
     try:
-        encoded = _PARAMS_JSON.encode(value).encode()
+        text = _PARAMS_JSON.encode(value)
+        size = len(text.encode())
     except UnicodeEncodeError:
         raise ValidationError("params", _LONE_SURROGATE) from None
     except ValueError as exc:  # an integer too long to print
         raise ValidationError("params", f"is not strict JSON ({exc})") from None
-    if len(encoded) > MAX_PARAMS_BYTES:
-        raise ValidationError(
-            "params", f"is {len(encoded)} bytes of JSON; the limit is {MAX_PARAMS_BYTES}"
-        )
-    return value
+    if size > MAX_PARAMS_BYTES:
+        raise ValidationError("params", f"is {size} bytes of JSON; the limit is {MAX_PARAMS_BYTES}")
+    return CheckedParams(value, text)
 
 
 def check_job(job: Job) -> None:

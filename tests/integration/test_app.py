@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from onbeat import App, TaskContext, ValidationError
+from onbeat import App, TaskContext, ValidationError, validation
 from onbeat.store import Store, open_store
 from onbeat.testing import FakeClock
 from tests.faults.process import wait_until
@@ -38,6 +38,20 @@ def test_app__idempotency_key_survives_a_restart(tmp_path: Path, clock: FakeCloc
         restarted.schedule("noop", {"n": 2}, idempotency_key="order-42")
     assert len(restarted.list_jobs()) == 1
     restarted.close()
+
+
+def test_app__params_stored_are_those_checked(tmp_path: Path, clock: FakeClock) -> None:
+    """Params are checked once (the REST API's schema checks them before ``prepare`` does) and
+    stored as the JSON they were checked as: a change to the dict after ``prepare`` is neither
+    stored nor able to slip an unchecked value in."""
+    app = make_app(tmp_path / "onbeat.db", clock)
+    checked = validation.params({"name": "zoë", "n": 1})
+    assert validation.params(checked) is checked  # not checked again
+    new = app.prepare("noop", {"name": "zoë", "n": 1})
+    new.params["n"] = float("nan")  # would be refused by the check
+    [created] = app.submit_many([new])
+    assert created.job.params == app.get_job(created.job.id).params == {"name": "zoë", "n": 1}
+    app.close()
 
 
 @pytest.mark.parametrize(

@@ -179,6 +179,14 @@ def job_of(r: sqlite3.Row) -> Job:
     )
 
 
+def stored_params(params: dict[str, Any]) -> str:
+    """A new job's params as its row keeps them: the JSON they were checked as (a submission's
+    ``validation.CheckedParams``), else encoded the same way."""
+    if type(params) is validation.CheckedParams:
+        return params.text
+    return json.dumps(params, ensure_ascii=False)
+
+
 def new_job_of(new: NewJob, row: Mapping[str, Any]) -> Job:
     """The Job that a new job's row (``_job_row``'s) stores, built from what was submitted
     rather than read back (a bulk create's ``submit_many``: 55-56 -> 51 us a job). Equal to

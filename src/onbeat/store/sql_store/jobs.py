@@ -50,6 +50,7 @@ from onbeat.store.rows import (
     readable_job,
     schedule_columns,
     schedule_of,
+    stored_params,
     to_us,
 )
 from onbeat.store.sql_store.base import (
@@ -192,7 +193,7 @@ class JobTransactions(LimitTransactions):
             "id": job_id,
             "tenant": new.tenant,
             "task": new.task,
-            "params": json.dumps(new.params),
+            "params": stored_params(new.params),
             **schedule_columns(new.schedule),
             **policy_columns(new.retry, new.timeout, new.overlap, new.misfire, new.priority),
             "catchup_window": new.catchup_window,
