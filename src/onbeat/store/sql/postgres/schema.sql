@@ -38,7 +38,7 @@ CREATE INDEX jobs_shard_active ON jobs (shard, id) WHERE status = 'active' AND s
 -- A run that becomes final moves to execution_history in the transaction that ends it.
 CREATE TABLE runs (
     id               TEXT COLLATE "C" PRIMARY KEY,
-    job_id           TEXT COLLATE "C" NOT NULL REFERENCES jobs (id),
+    job_id           TEXT COLLATE "C" NOT NULL,       -- a job of jobs (no foreign key: migration 0010)
     shard            INTEGER NOT NULL,
     trigger          TEXT NOT NULL,
     scheduled_for    BIGINT NOT NULL,
@@ -155,7 +155,7 @@ CREATE TABLE api_keys (
 
 CREATE TABLE job_events (
     seq                 BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id              TEXT NOT NULL REFERENCES jobs (id),
+    job_id              TEXT NOT NULL,              -- a job of jobs (no foreign key: migration 0010)
     at                  BIGINT NOT NULL,
     kind                TEXT NOT NULL,              -- created | paused | resumed | rescheduled | cancelled
     schedule_kind       TEXT NOT NULL,              -- the schedule in force from this event on
