@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from onbeat import App, ExecutionStatus, JobStatus
+from onbeat.api.app import create_app
 from onbeat.api.middleware import MAX_HEAD_BYTES
 from onbeat.store.base import CreatedJob, NewJob
 from onbeat.testing import FakeClock
@@ -28,6 +29,32 @@ async def post_job(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
 
 
 # --- POST /jobs -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("base", "host"),
+    [("http://onbeat.test", None), ("https://a.example:8443", None), ("http://x", "b.example")],
+)
+async def test_create_job__location_names_the_job_at_the_host_asked(
+    onbeat_app: App, base: str, host: str | None
+) -> None:
+    """The Location (made once per host and route, then reused) is what ``url_for`` gives for
+    each Host and root path a request comes with, not the first request's."""
+    for root_path in ("", "/behind-proxy"):
+        transport = httpx.ASGITransport(app=create_app(onbeat_app), root_path=root_path)
+        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
+            headers = {"host": host} if host else {}
+            for _ in range(2):  # the second from the cache
+                response = await c.post(
+                    "/api/v1/jobs", json={"task": "echo", "schedule": {"type": "now"}},
+                    headers=headers,
+                )  # fmt: skip
+                assert response.status_code == 201, response.text
+                netloc = host or base.split("://")[1]
+                assert response.headers["location"] == (
+                    f"{base.split('://')[0]}://{netloc}{root_path}/api/v1/jobs/"
+                    f"{response.json()['id']}"
+                )
+
+
 async def test_create_job__cron_answers_201_with_next_fire_times(client: httpx.AsyncClient) -> None:
     response = await client.post(
         "/jobs",

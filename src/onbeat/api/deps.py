@@ -21,6 +21,32 @@ PLAIN_VALUES: TypeAdapter[Any] = TypeAdapter(Any)
 """Writes plain values (datetimes, enums, dicts) as pydantic writes them in a model."""
 
 
+_URL_PREFIXES: dict[tuple[Any, ...], str] = {}
+_URL_PREFIXES_MAX = 256
+"""Bounds the cache: a client can send any Host header."""
+
+
+def resource_url(request: Request, route: str, param: str, value: str) -> str:
+    """``str(request.url_for(route, **{param: value}))`` for a route whose path ends with that
+    parameter, for the cost of a dict look-up. Starlette's ``url_for`` walks the router, raising
+    NoMatchFound at each route it passes, and builds three URLs: 8 % of an ``onbeat api``'s CPU
+    in W5's single creates, for the Location of each. The prefix before the parameter is made
+    by ``url_for`` itself, once per route, scheme, host and root path."""
+    scope = request.scope
+    host = next((raw for name, raw in scope["headers"] if name == b"host"), None)
+    server = scope.get("server")  # used when there is no Host header; a list in some servers
+    key = (route, scope["scheme"], server and tuple(server), scope.get("root_path"), host)
+    prefix = _URL_PREFIXES.get(key)
+    if prefix is None:
+        probe = str(request.url_for(route, **{param: "_"}))
+        assert probe.endswith("/_"), f"{route}'s path does not end with {{{param}}}"
+        prefix = probe[:-1]
+        if len(_URL_PREFIXES) >= _URL_PREFIXES_MAX:
+            _URL_PREFIXES.clear()
+        _URL_PREFIXES[key] = prefix
+    return prefix + value
+
+
 async def _onbeat_app(request: Request) -> App:
     app: App = request.app.state.onbeat
     return app

@@ -20,6 +20,7 @@ from onbeat.api.deps import (
     OnbeatApp,
     Timestamp,
     parse_instant,
+    resource_url,
     serialized,
 )
 from onbeat.api.problems import fields_renamed, problem_responses
@@ -118,7 +119,7 @@ async def create_job(
     known = onbeat.known_task(body.task) is not None
     new = prepare() if known else await run_in_threadpool(prepare)
     created = await onbeat.submit_async(new)
-    headers = {"Location": str(request.url_for("get_job", job_id=created.job.id))}
+    headers = {"Location": resource_url(request, "get_job", "job_id", created.job.id)}
     if idempotency_key is not None:
         headers["Idempotent-Replayed"] = "true" if created.replayed else "false"
     document = job_document(created.job)
@@ -396,7 +397,9 @@ def run_job(
     """Create an execution with trigger ``manual``, due now, subject to the job's overlap policy
     when it starts. A paused or cancelled job is a 409."""
     execution = onbeat.run_now(job_id, tenant=caller.tenant)
-    response.headers["Location"] = str(request.url_for("get_execution", execution_id=execution.id))
+    response.headers["Location"] = resource_url(
+        request, "get_execution", "execution_id", execution.id
+    )
     return execution_out(execution)
 
 
