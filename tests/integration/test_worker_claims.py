@@ -18,6 +18,19 @@ from tests.integration.test_metrics import value
 SAFETY_TIMEOUT = 10.0
 
 
+def record_claims(node: Node, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of ids of each of the store's claims, in order, from now on."""
+    claims: list[int] = []
+    claim = node.app.store.execution_claim
+
+    def recorded(ids: Sequence[str], *args: Any, **kwargs: Any) -> ClaimResult:
+        claims.append(len(ids))
+        return claim(ids, *args, **kwargs)
+
+    monkeypatch.setattr(node.app.store, "execution_claim", recorded)
+    return claims
+
+
 @pytest.mark.parametrize(
     ("gather", "second_claim"),
     [(SAFETY_TIMEOUT, 2), (0.0, 1)],
@@ -42,14 +55,7 @@ async def test_worker__a_full_worker_claims_for_half_a_batch_of_slots_not_each_o
         progress.set()
         await gates[i].wait()
 
-    claims: list[int] = []
-    claim = node.app.store.execution_claim
-
-    def recorded(ids: Sequence[str], *args: Any, **kwargs: Any) -> ClaimResult:
-        claims.append(len(ids))
-        return claim(ids, *args, **kwargs)
-
-    monkeypatch.setattr(node.app.store, "execution_claim", recorded)
+    claims = record_claims(node, monkeypatch)
     node.app.submit_many([node.app.prepare("gated", {"i": i}) for i in range(12)])
     await node.dispatch()
 
@@ -90,14 +96,7 @@ async def test_worker__runs_arriving_in_a_stream_share_a_claim_one_alone_is_clai
     that wait would have ended."""
     monkeypatch.setattr(worker_module, "ARRIVAL_GATHER", 2.0)
     node.app.settings.claim_batch = 16
-    claims: list[int] = []
-    claim = node.app.store.execution_claim
-
-    def recorded(ids: Sequence[str], *args: Any, **kwargs: Any) -> ClaimResult:
-        claims.append(len(ids))
-        return claim(ids, *args, **kwargs)
-
-    monkeypatch.setattr(node.app.store, "execution_claim", recorded)
+    claims = record_claims(node, monkeypatch)
 
     async def arrive(n: int) -> None:
         for i in range(n):
