@@ -180,8 +180,8 @@ def job_of(r: sqlite3.Row) -> Job:
 
 
 def stored_params(params: dict[str, Any]) -> str:
-    """A new job's params as its row keeps them: the JSON they were checked as (a submission's
-    ``validation.CheckedParams``), else encoded the same way."""
+    """A job's params as its row keeps them: the JSON they were checked as (a submission's or an
+    edit's ``validation.CheckedParams``), else encoded the same way."""
     if type(params) is validation.CheckedParams:
         return params.text
     return json.dumps(params, ensure_ascii=False)

@@ -251,7 +251,9 @@ class JobTransactions(LimitTransactions):
             retry = changes.retry or job.retry
             columns: dict[str, Any] = {
                 "id": job_id,
-                "params": json.dumps(changes.params if changes.params is not None else job.params),
+                "params": stored_params(
+                    changes.params if changes.params is not None else job.params
+                ),
                 **schedule_columns(changes.schedule or job.schedule),
                 **policy_columns(
                     retry,
