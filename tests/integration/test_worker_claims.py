@@ -90,12 +90,11 @@ async def test_worker__a_full_worker_claims_for_half_a_batch_of_slots_not_each_o
 async def test_worker__runs_arriving_in_a_stream_share_a_claim_one_alone_is_claimed_at_once(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claim batch 16 (a quarter: 4). A claim that took 2 runs is a stream arriving: the next
-    claim waits ``ARRIVAL_GATHER`` (long here), and 3 runs queued one by one meanwhile share it.
-    A claim that took 1 run is not: the next run is claimed as soon as it is queued, long before
+    """A claim that took 2 runs, all the queue had due, is a stream arriving: the next claim
+    waits ``ARRIVAL_GATHER`` (long here), and 3 runs queued one by one meanwhile share it. A
+    claim that took 1 run is not: the next run is claimed as soon as it is queued, long before
     that wait would have ended."""
     monkeypatch.setattr(worker_module, "ARRIVAL_GATHER", 2.0)
-    node.app.settings.claim_batch = 16
     claims = record_claims(node, monkeypatch)
 
     async def arrive(n: int) -> None:
@@ -104,25 +103,47 @@ async def test_worker__runs_arriving_in_a_stream_share_a_claim_one_alone_is_clai
             await node.dispatch()
             await asyncio.sleep(0.02)
 
-    async def until_succeeded(n: int, timeout: float) -> None:
-        async with asyncio.timeout(timeout):
-            while node.worker.stats.succeeded < n:  # noqa: ASYNC110 (the worker's own tasks)
-                await asyncio.sleep(0.005)
-
     stop = asyncio.Event()
     running = asyncio.create_task(node.worker.run(stop))
     try:
         await arrive(1)
-        await until_succeeded(1, SAFETY_TIMEOUT)
+        await until_succeeded(node, 1, SAFETY_TIMEOUT)
         await asyncio.sleep(0.05)  # the claim loop is waiting on the queue again
         await arrive(1)
-        await until_succeeded(2, 1.0)  # not after ARRIVAL_GATHER: one run is not a stream
+        await until_succeeded(node, 2, 1.0)  # not after ARRIVAL_GATHER: one run is not a stream
         node.app.submit_many([node.app.prepare("arecord", {"i": i}) for i in range(2)])
         await node.dispatch()
-        await until_succeeded(4, SAFETY_TIMEOUT)
+        await until_succeeded(node, 4, SAFETY_TIMEOUT)
         await arrive(3)  # within the wait after the claim of 2
-        await until_succeeded(7, SAFETY_TIMEOUT)
+        await until_succeeded(node, 7, SAFETY_TIMEOUT)
     finally:
         stop.set()
         await asyncio.wait_for(running, SAFETY_TIMEOUT)
     assert claims == [1, 1, 2, 3]
+
+
+async def test_worker__a_backlog_is_claimed_as_slots_free_not_after_the_arrival_gather(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrency 4 and 12 runs due at once: each claim takes all it asks for (the free slots)
+    while the queue holds more, so none is followed by ``ARRIVAL_GATHER`` (5 s here): all 12
+    run within a second."""
+    monkeypatch.setattr(worker_module, "ARRIVAL_GATHER", 5.0)
+    node.app.settings.concurrency = 4
+    claims = record_claims(node, monkeypatch)
+    node.app.submit_many([node.app.prepare("arecord", {"i": i}) for i in range(12)])
+    await node.dispatch()
+    stop = asyncio.Event()
+    running = asyncio.create_task(node.worker.run(stop))
+    try:
+        await until_succeeded(node, 12, 1.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, SAFETY_TIMEOUT)
+    assert sum(claims) == 12 and len(claims) >= 3
+
+
+async def until_succeeded(node: Node, n: int, timeout: float) -> None:
+    async with asyncio.timeout(timeout):
+        while node.worker.stats.succeeded < n:  # noqa: ASYNC110 (the worker's own tasks)
+            await asyncio.sleep(0.005)

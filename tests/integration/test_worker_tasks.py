@@ -284,7 +284,7 @@ async def test_worker__ids_handed_out_before_a_task_blocks_the_loop_are_requeued
         return await real_claim_due(limit, ahead)
 
     monkeypatch.setattr(worker.queue, "claim_due", claim_due)
-    assert await worker._claim() == (1, 0)  # left the queue, not started here
+    assert (await worker._claim())[:2] == (1, 0)  # left the queue, not started here
     requeued = node.execution(job.id)
     assert (requeued.status, requeued.attempts) == (ExecutionStatus.SCHEDULED, ())
     assert worker.stats.handed_back == 1
@@ -395,7 +395,7 @@ async def test_worker__runs_given_back_not_due_are_requeued_if_the_loop_blocks_f
 
     monkeypatch.setattr(worker, "_claim_leases", claim_leases)
     monkeypatch.setattr(worker.queue, "enqueue", enqueue)
-    assert await worker._claim(ahead=False) == (0, 0)  # not due: back to the queue
+    assert (await worker._claim(ahead=False))[:2] == (0, 0)  # not due: back to the queue
     assert sent == []  # requeued in the store instead
     requeued = node.execution(job.id)
     assert (requeued.status, requeued.attempts) == (ExecutionStatus.SCHEDULED, ())

@@ -60,11 +60,12 @@ CLAIM_GATHER = 0.005
 """Longest time (real seconds) the claim loop waits, while the queue has more due and few slots
 are free, for half a claim batch of slots to free (``_gather_free_slots``)."""
 ARRIVAL_GATHER = 0.010
-"""Seconds (real) the claim loop waits before it claims again after a claim that took a few of
-a stream of arriving runs (more than one, fewer than a quarter of a claim batch), so that the
+"""Seconds (real) the claim loop waits before it claims again after a claim that took more than
+one run and every run the queue had due (a stream of runs arriving, not a backlog), so that the
 next claim carries more: a claim cycle costs its worker, the queue and their PostgreSQL
 backends the same however few runs it carries, and single creates each run at once (W5) were
-claimed 15 a claim. A run that arrives alone (the last claim took one) is claimed at once."""
+claimed 17 a claim. A run that arrives alone (the last claim took one) is claimed at once, and
+a backlog (the claim took all it asked for) as soon as slots free."""
 RESTART_BACKOFF = 1.0
 """Seconds a worker loop that failed again within this long waits before its next restart."""
 OUTCOMES_PER_WRITE = 1_000
@@ -215,8 +216,10 @@ class Worker:
         """Claim what is due now, up to free capacity, and start it; returns how many started."""
         return (await self._claim(ahead=False))[1]
 
-    async def _claim(self, ahead: bool = True) -> tuple[int, int]:
-        """``claim_once``; returns how many ids left the queue for good and how many runs started.
+    async def _claim(self, ahead: bool = True) -> tuple[int, int, bool]:
+        """``claim_once``; returns how many ids left the queue for good, how many runs started,
+        and whether the queue handed out fewer ids than asked for (it had no more due: the
+        claim loop is keeping up with what arrives, not working through a backlog).
 
         An id the queue hands out leaves it for good unless the store finds its run not due yet
         (it goes back, due later): started, or not startable (no longer queued, deferred behind
@@ -226,7 +229,7 @@ class Worker:
         confirms them at their time; never in burst mode, which runs only what is due)."""
         free = self._free_slots()
         if free <= 0:
-            return 0, 0
+            return 0, 0, False
         # Runs the limits held back took no place: ask for as many more (the store starts at
         # most `free`), so a tenant's burst gets its slots in few claims even when few are free.
         ask = min(free + self._held_back, self.settings.claim_batch)
@@ -238,10 +241,10 @@ class Worker:
                 ids = await self._claim_thread.run(partial(self._take_from, ask=ask, room=room))
         except Exception:
             self._claims.failed("retrying with backoff")
-            return 0, 0
+            return 0, 0, False
         if not ids:
             self._claims.succeeded()
-            return 0, 0
+            return 0, 0, True
         granted_at = self.clock.monotonic()  # before the claim's commit, which its leases run from
         claiming = asyncio.ensure_future(asyncio.to_thread(self._claim_leases, ids, free, room))
         try:
@@ -252,7 +255,7 @@ class Worker:
         except Exception:
             self._claims.failed(f"handing {len(ids)} runs back to the queue, retrying with backoff")
             await self._hand_back(ids)
-            return 0, 0
+            return 0, 0, False
         self._claims.succeeded()
         self.metrics.claim_size.observe(len(ids))
         self._held_back = claim.held_back
@@ -267,7 +270,7 @@ class Worker:
         self._waiting_jobs |= claim.waiting_jobs
         if claim.not_due:
             await self._give_back(claim.not_due)
-        return len(ids) - len(claim.not_due), len(claim.started)
+        return len(ids) - len(claim.not_due), len(claim.started), len(ids) < ask
 
     async def _take_from(self, queue: DelayQueue, ask: int, room: int) -> list[str]:
         """The ids of one claim, put in hand as the queue hands them out: ``ask`` due now, and
@@ -649,10 +652,10 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            consumed, _ = await self._claim()
+            consumed, _, drained = await self._claim()
             if consumed:  # the queue had due work: it may have more, claim again soon
                 await self._gather_free_slots()
-                if 1 < consumed < self.settings.claim_batch // 4:  # runs arriving in a stream
+                if drained and consumed > 1:  # runs arriving in a stream: let more arrive
                     await asyncio.sleep(ARRIVAL_GATHER)
                 continue
             if self._claims.count:  # the queue or the store is failing
