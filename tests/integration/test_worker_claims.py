@@ -45,6 +45,7 @@ async def test_worker__a_full_worker_claims_for_half_a_batch_of_slots_not_each_o
     monkeypatch.setattr(worker_module, "CLAIM_GATHER", gather)
     node.app.settings.concurrency = 4
     node.app.settings.claim_batch = 4
+    node.app.settings.claim_prefetch = 0  # claims for the free slots alone
     gates = [asyncio.Event() for _ in range(12)]
     started: list[int] = []
     progress = asyncio.Event()
@@ -130,6 +131,7 @@ async def test_worker__a_backlog_is_claimed_as_slots_free_not_after_the_arrival_
     run within a second."""
     monkeypatch.setattr(worker_module, "ARRIVAL_GATHER", 5.0)
     node.app.settings.concurrency = 4
+    node.app.settings.claim_prefetch = 0  # claims for the free slots alone
     claims = record_claims(node, monkeypatch)
     node.app.submit_many([node.app.prepare("arecord", {"i": i}) for i in range(12)])
     await node.dispatch()
@@ -141,6 +143,94 @@ async def test_worker__a_backlog_is_claimed_as_slots_free_not_after_the_arrival_
         stop.set()
         await asyncio.wait_for(running, SAFETY_TIMEOUT)
     assert sum(claims) == 12 and len(claims) >= 3
+
+
+@pytest.mark.parametrize(
+    ("prefetch", "claims_beyond_slots"), [(SAFETY_TIMEOUT, True), (0.0, False)]
+)
+async def test_worker__runs_ending_quickly_let_claims_take_more_than_the_free_slots(
+    node: Node, monkeypatch: pytest.MonkeyPatch, prefetch: float, claims_beyond_slots: bool
+) -> None:
+    """Concurrency 4 and 40 short runs due at once. With ``claim_prefetch`` (long here, so
+    every end so far counts), a claim after runs ended takes as many more as ended, up to
+    ``claim_batch``: those wait in the worker for a slot, and never more than 4 run at once.
+    With 0, no claim takes more than the free slots. Each run runs once either way."""
+    node.app.settings.concurrency = 4
+    node.app.settings.claim_batch = 16
+    node.app.settings.claim_prefetch = prefetch
+    running, most_at_once, ran = 0, 0, []
+
+    @node.app.task(name="short")
+    async def short(ctx: TaskContext, i: int) -> None:
+        nonlocal running, most_at_once
+        running += 1
+        most_at_once = max(most_at_once, running)
+        await asyncio.sleep(0)
+        ran.append(i)
+        running -= 1
+
+    claims = record_claims(node, monkeypatch)
+    node.app.submit_many([node.app.prepare("short", {"i": i}) for i in range(40)])
+    await node.dispatch()
+    stop = asyncio.Event()
+    worker = asyncio.create_task(node.worker.run(stop))
+    try:
+        await until_succeeded(node, 40, SAFETY_TIMEOUT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, SAFETY_TIMEOUT)
+    assert sorted(ran) == list(range(40))
+    assert most_at_once == 4
+    assert claims[0] == 4 and max(claims) <= 16
+    assert (max(claims) > 4) is claims_beyond_slots
+
+
+async def test_worker__runs_claimed_beyond_the_free_slots_are_released_at_stop(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrency 2: the first two runs end together, so the next claim takes 4, two of which
+    wait for the slots the next two (blocked) hold. A stop (no grace) releases all four (due
+    again, their attempts not counted), and another worker runs each once."""
+    node.app.settings.concurrency = 2
+    node.app.settings.claim_prefetch = SAFETY_TIMEOUT
+    node.app.settings.shutdown_grace = 0
+    first_two, two_blocked, gate = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    starts, blocked, ran = 0, 0, []
+
+    @node.app.task(name="held")
+    async def held(ctx: TaskContext, i: int) -> None:
+        nonlocal starts, blocked
+        starts += 1
+        if starts <= 2:  # the first two end in the same pass of the loop
+            if starts == 2:
+                first_two.set()
+            await first_two.wait()
+        elif not gate.is_set():
+            blocked += 1
+            if blocked == 2:
+                two_blocked.set()
+            await gate.wait()
+        ran.append(i)
+
+    claims = record_claims(node, monkeypatch)
+    node.app.submit_many([node.app.prepare("held", {"i": i}) for i in range(6)])
+    await node.dispatch()
+    stop = asyncio.Event()
+    running = asyncio.create_task(node.worker.run(stop))
+    try:
+        await asyncio.wait_for(two_blocked.wait(), SAFETY_TIMEOUT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, SAFETY_TIMEOUT)
+    assert claims == [2, 4]
+    assert (node.worker.stats.succeeded, node.worker.stats.released) == (2, 4)
+    assert len(ran) == 2
+    gate.set()
+    other = node.new_worker()
+    await node.dispatch()
+    await other.run_until_idle()
+    assert sorted(ran) == list(range(6))
+    assert other.stats.succeeded == 4
 
 
 async def until_succeeded(node: Node, n: int, timeout: float) -> None:

@@ -15,7 +15,8 @@ returns, even when the worker is stopping.
 
 With ``claim_ahead``, an idle worker also claims runs due within that many seconds; it holds
 them until their due time, confirms them then and starts those confirmed (``ahead.py``). A run
-confirmed while every slot is busy waits in ``_ready``.
+confirmed while every slot is busy waits in ``_ready``, as does a run claimed beyond the free
+slots while runs end quickly (``claim_prefetch``, ``pace.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from onbeat.worker.held import Held
 from onbeat.worker.instruments import TaskInstruments
 from onbeat.worker.outage import FailureStreak
 from onbeat.worker.outcomes import report_outcomes
+from onbeat.worker.pace import RecentEnds
 from onbeat.worker.processes import ProcessExecutor
 from onbeat.worker.watchdog import RUN_TASK_PREFIX, LoopWatchdog
 
@@ -148,8 +150,12 @@ class Worker:
             store, self.owner, settings, clock, self._held_lock, self._held, self._start_confirmed
         )
         self._ready: deque[Held] = deque()
-        """Runs confirmed (started in the store) waiting for a free slot."""
+        """Runs started in the store waiting for a free slot: confirmed at their due time, or
+        claimed beyond the free slots (``claim_prefetch``)."""
         self._ready_empty = asyncio.Event()
+        self._confirmed_waiting = False
+        """Runs confirmed at their due time wait in ``_ready``: a burst is starting."""
+        self._recent_ends = RecentEnds()
         self._filling = False
         """A ``_fill`` is scheduled for this loop pass."""
         self._executing = 0
@@ -364,7 +370,8 @@ class Worker:
             started.append(Held(run, renewed_at=granted_at))
         with self._held_lock:
             self._held.update((held.run.execution.id, held) for held in started)
-        self._begin(started)
+        self._ready.extend(started)  # those beyond the free slots (prefetched) wait there
+        self._fill()
 
     def _begin(self, started: Sequence[Held]) -> None:
         """Make the asyncio tasks of held runs, each taking a slot."""
@@ -388,11 +395,12 @@ class Worker:
     # --- runs claimed ahead ------------------------------------------------------------------
     def _start_confirmed(self, confirmed: list[Held]) -> None:
         """Start runs the store confirmed at their due time, as slots free."""
+        self._confirmed_waiting = True
         self._ready.extend(confirmed)
         self._fill()
 
     def _fill(self) -> None:
-        """Start confirmed runs waiting in ``_ready`` while slots are free."""
+        """Start runs waiting in ``_ready`` while slots are free."""
         self._filling = False
         batch: list[Held] = []
         while self._ready and self._executing + len(batch) < self.settings.concurrency:
@@ -400,6 +408,7 @@ class Worker:
             if self._held.get(held.run.execution.id) is held:  # not handed back or fenced
                 batch.append(held)
         if not self._ready:
+            self._confirmed_waiting = False
             self._ready_empty.set()
         if batch:
             self._begin(batch)
@@ -506,6 +515,7 @@ class Worker:
 
     def _run_done(self, _: asyncio.Task[None]) -> None:
         self._executing -= 1
+        self._recent_ends.ended()
         if self._ready and not self._filling:  # once per loop pass for the runs ending in it
             self._filling = True
             asyncio.get_running_loop().call_soon(self._fill)
@@ -604,11 +614,12 @@ class Worker:
         without the clock moving), then return. For tests and one-off drains."""
         while True:
             started = await self.claim_once()
+            self._fill()  # runs claimed beyond the free slots, if their slots freed meanwhile
             running = [h.task for h in self._held.values() if h.task and not h.task.done()]
             if running:
                 await asyncio.wait(running)
             await self.flush()
-            if not started and not running:
+            if not started and not running and not self._ready:
                 return
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -669,8 +680,17 @@ class Worker:
                 ahead = self.settings.claim_ahead if self._ahead.room() else 0.0
                 await self.queue.wait(self.settings.poll_interval, ahead=ahead)
 
+    def _capacity(self) -> int:
+        """Runs this worker may hold started: its slots, and the runs they will likely free
+        within ``claim_prefetch`` (at most a claim batch of them)."""
+        return self.settings.concurrency + min(
+            self._recent_ends.expected(self.settings.claim_prefetch), self.settings.claim_batch
+        )
+
     def _free_slots(self) -> int:
-        return self.settings.concurrency - self._executing - len(self._ready)
+        """Runs the next claim may start: the capacity left by the runs executing or waiting
+        for a slot."""
+        return self._capacity() - self._executing - len(self._ready)
 
     async def _gather_free_slots(self) -> None:
         """With more due in the queue and fewer than half a claim batch of slots free, wait until
@@ -680,7 +700,7 @@ class Worker:
         335 us of fleet CPU per run; with this wait, 65 runs per claim and 250 us). A run
         waiting for a slot waits at most ``CLAIM_GATHER`` longer; a worker with half its slots
         free claims at once. Real time, not the injected clock: it only batches the claims."""
-        want = max(1, min(self.settings.concurrency, self.settings.claim_batch) // 2)
+        want = max(1, min(self._capacity(), self.settings.claim_batch) // 2)
         if self._free_slots() >= want:
             return
         deadline = asyncio.get_running_loop().time() + CLAIM_GATHER
@@ -696,7 +716,7 @@ class Worker:
         while not self._stopping.is_set():
             await sleep_or_wake(self.clock, 1.0, self._finished_ready, self._stopping)
             await asyncio.sleep(OUTCOME_GATHER)
-            if self._ready:  # a burst is starting: its starts first, then their outcomes
+            if self._confirmed_waiting:  # a burst is starting: its starts first, then outcomes
                 self._ready_empty.clear()
                 await sleep_or_wake(
                     self.clock, BURST_FLUSH_DELAY, self._ready_empty, self._stopping
