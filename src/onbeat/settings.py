@@ -168,9 +168,10 @@ class Settings(BaseSettings):
         "of short runs then carry more: W1 drained 10,000-11,100 no-op runs/s at "
         "concurrency 64, 164-187 runs a claim, against 8,000-8,900 and 64 without "
         "(docs/performance.md). Such a run waits about this long at "
-        "most while the pace holds, counts in flight for the fleet limits while it waits, and "
-        "is released if the worker stops; a worker whose runs end rarely claims few beyond "
-        "its slots. 0: claims take only the free slots.",
+        "most while the pace holds, and is released if the worker stops; a worker whose runs "
+        "end rarely claims few beyond its slots, and one under a fleet limit (set in its "
+        "settings, or holding runs back at its last claim) none. 0: claims take only the "
+        "free slots.",
     )
     claim_ahead: float = Field(
         default=20.0,

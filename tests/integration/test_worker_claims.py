@@ -146,18 +146,28 @@ async def test_worker__a_backlog_is_claimed_as_slots_free_not_after_the_arrival_
 
 
 @pytest.mark.parametrize(
-    ("prefetch", "claims_beyond_slots"), [(SAFETY_TIMEOUT, True), (0.0, False)]
+    ("prefetch", "max_in_flight", "claims_beyond_slots"),
+    [(SAFETY_TIMEOUT, None, True), (0.0, None, False), (SAFETY_TIMEOUT, 1_000, False)],
+    ids=["prefetch", "off", "under-a-fleet-limit"],
 )
 async def test_worker__runs_ending_quickly_let_claims_take_more_than_the_free_slots(
-    node: Node, monkeypatch: pytest.MonkeyPatch, prefetch: float, claims_beyond_slots: bool
+    node: Node,
+    monkeypatch: pytest.MonkeyPatch,
+    prefetch: float,
+    max_in_flight: int | None,
+    claims_beyond_slots: bool,
 ) -> None:
     """Concurrency 4 and 40 short runs due at once. With ``claim_prefetch`` (long here, so
     every end so far counts), a claim after runs ended takes as many more as ended, up to
     ``claim_batch``: those wait in the worker for a slot, and never more than 4 run at once.
-    With 0, no claim takes more than the free slots. Each run runs once either way."""
+    With 0, or with a fleet limit in the worker's settings (never reached here: a run waiting
+    in one worker would hold a place under the cap), no claim takes more than the free slots.
+    Each run runs once either way."""
     node.app.settings.concurrency = 4
     node.app.settings.claim_batch = 16
     node.app.settings.claim_prefetch = prefetch
+    node.app.settings.max_in_flight = max_in_flight
+    node.worker = node.new_worker()  # its limits are read from the settings when it is made
     running, most_at_once, ran = 0, 0, []
 
     @node.app.task(name="short")

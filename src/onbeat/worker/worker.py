@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from onbeat.clock import Clock
-from onbeat.limits import LimitDefaults
+from onbeat.limits import NO_LIMITS, LimitDefaults
 from onbeat.logs import run_fields
 from onbeat.metrics import Metrics
 from onbeat.queue.base import DelayQueue, QueueItem
@@ -682,7 +682,12 @@ class Worker:
 
     def _capacity(self) -> int:
         """Runs this worker may hold started: its slots, and the runs they will likely free
-        within ``claim_prefetch`` (at most a claim batch of them)."""
+        within ``claim_prefetch`` (at most a claim batch of them). None beyond its slots while
+        a fleet limit may apply: its settings set one, or its last claim held runs back under
+        one. A run waiting in this worker counts in flight, and would keep a worker with a free
+        slot from starting a run under the same cap."""
+        if self._held_back or self._limits != NO_LIMITS:
+            return self.settings.concurrency
         return self.settings.concurrency + min(
             self._recent_ends.expected(self.settings.claim_prefetch), self.settings.claim_batch
         )
