@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,18 @@ class Node:
             self.app.settings,
             self.clock,
         )
+
+
+@asynccontextmanager
+async def running_worker(worker: Worker) -> AsyncIterator[Worker]:
+    """``worker`` runs its loops while the block runs, then stops (its shutdown included)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        yield worker
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
 
 
 @pytest.fixture

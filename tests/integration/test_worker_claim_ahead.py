@@ -4,8 +4,7 @@ before, within its concurrency, and a cancel, pause or stop before that instant 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -17,7 +16,7 @@ from onbeat.model import Execution
 from onbeat.store.base import AHEAD_LEASE_GRACE
 from onbeat.worker import Worker
 from onbeat.worker.ahead import REFUSED_MARGIN
-from tests.integration.conftest import Node
+from tests.integration.conftest import Node, running_worker
 
 AHEAD = 2.0
 
@@ -31,17 +30,6 @@ async def _until(condition: Callable[[], bool]) -> None:
 def _worker(node: Node, **settings: Any) -> Worker:
     changed = node.app.settings.model_copy(update={"claim_ahead": AHEAD, **settings})
     return Worker(node.app.store, node.queue, node.app.registry, changed, node.clock)
-
-
-@asynccontextmanager
-async def _running(worker: Worker) -> AsyncIterator[Worker]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop))
-    try:
-        yield worker
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 def _runs(node: Node, job_ids: list[str]) -> list[Execution]:
@@ -72,7 +60,7 @@ async def _burst(node: Node, count: int, due_in: float, task: str = "record") ->
 async def test_claim_ahead__a_burst_starts_at_its_instant_and_not_before(node: Node) -> None:
     jobs = await _burst(node, 20, due_in=1.5)
     due = node.clock.now() + timedelta(seconds=1.5)
-    async with _running(_worker(node)):
+    async with running_worker(_worker(node)):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 20), 10)
         assert node.calls.seen == []
         node.clock.advance(1.0)
@@ -96,7 +84,7 @@ async def test_claim_ahead__runs_held_by_several_claims_start_each_at_its_own_du
     """The loop confirms, at each due time, the runs due then and none later, in whatever order
     the claims took them (the latest due first here)."""
     late = await _burst(node, 3, due_in=1.5)
-    async with _running(_worker(node)):
+    async with running_worker(_worker(node)):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, late) == 3), 10)
         early = await _burst(node, 2, due_in=0.5)
         middle = await _burst(node, 2, due_in=1.0)
@@ -112,7 +100,7 @@ async def test_claim_ahead__runs_held_by_several_claims_start_each_at_its_own_du
 
 async def test_claim_ahead__confirmed_runs_start_within_the_concurrency(node: Node) -> None:
     jobs = await _burst(node, 6, due_in=1.0, task="block")
-    async with _running(_worker(node, concurrency=2)):
+    async with running_worker(_worker(node, concurrency=2)):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 6), 10)
         node.clock.advance(1.0)
         await asyncio.wait_for(_until(lambda: len(node.calls.seen) == 2), 10)
@@ -128,7 +116,7 @@ async def test_claim_ahead__confirmed_runs_start_within_the_concurrency(node: No
 
 async def test_claim_ahead__cancel_before_the_instant_wins(node: Node) -> None:
     kept, cancelled = await _burst(node, 2, due_in=1.5)
-    async with _running(_worker(node)):
+    async with running_worker(_worker(node)):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, [kept, cancelled]) == 2), 10)
         node.app.cancel(cancelled)
         node.clock.advance(1.5)
@@ -145,7 +133,7 @@ async def test_claim_ahead__pause_before_the_instant_holds_the_run_until_resumed
 ) -> None:
     [job] = await _burst(node, 1, due_in=1.5)
     worker = _worker(node)
-    async with _running(worker):
+    async with running_worker(worker):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, [job]) == 1), 10)
         node.app.pause(job)
         node.clock.advance(1.5)
@@ -166,7 +154,7 @@ async def test_claim_ahead__pause_before_the_instant_holds_the_run_until_resumed
 async def test_claim_ahead__a_stop_gives_back_the_runs_held_ahead(node: Node) -> None:
     jobs = await _burst(node, 3, due_in=1.5)
     worker = _worker(node)
-    async with _running(worker):
+    async with running_worker(worker):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 3), 10)
     for run in _runs(node, jobs):
         assert (run.status, run.attempt, run.attempts, run.lease_owner) == (
@@ -183,7 +171,7 @@ async def test_claim_ahead__a_stop_gives_back_the_runs_held_ahead(node: Node) ->
 
 async def test_claim_ahead__holds_no_more_than_claim_ahead_max(node: Node) -> None:
     jobs = await _burst(node, 5, due_in=1.5)
-    async with _running(_worker(node, claim_ahead_max=3)):
+    async with running_worker(_worker(node, claim_ahead_max=3)):
         await asyncio.wait_for(_until(lambda: _held_ahead(node, jobs) == 3), 10)
         await asyncio.sleep(0.05)
         assert _held_ahead(node, jobs) == 3

@@ -12,7 +12,7 @@ import pytest
 from onbeat import TaskContext
 from onbeat.store.base import ClaimResult
 from onbeat.worker import worker as worker_module
-from tests.integration.conftest import Node
+from tests.integration.conftest import Node, running_worker
 from tests.integration.test_metrics import value
 
 SAFETY_TIMEOUT = 10.0
@@ -65,24 +65,21 @@ async def test_worker__a_full_worker_claims_for_half_a_batch_of_slots_not_each_o
             progress.clear()
             await asyncio.wait_for(progress.wait(), SAFETY_TIMEOUT)
 
-    stop = asyncio.Event()
-    running = asyncio.create_task(node.worker.run(stop))
-    try:
-        await until_started(4)
-        assert claims == [4]
-        first, second = started[0], started[1]
-        gates[first].set()
-        for _ in range(5):  # the first run ends and the claim loop sees its slot free
-            await asyncio.sleep(0)
-        gates[second].set()
-        await until_started(4 + second_claim)
-        assert claims[:2] == [4, second_claim]
-    finally:
-        for gate in gates:
-            gate.set()
-        await until_started(12)
-        stop.set()
-        await asyncio.wait_for(running, SAFETY_TIMEOUT)
+    async with running_worker(node.worker):
+        try:
+            await until_started(4)
+            assert claims == [4]
+            first, second = started[0], started[1]
+            gates[first].set()
+            for _ in range(5):  # the first run ends and the claim loop sees its slot free
+                await asyncio.sleep(0)
+            gates[second].set()
+            await until_started(4 + second_claim)
+            assert claims[:2] == [4, second_claim]
+        finally:
+            for gate in gates:
+                gate.set()
+            await until_started(12)
     assert sorted(started) == list(range(12))
     assert value(node.worker.metrics, "onbeat_claim_size_runs_count") == len(claims)
     assert value(node.worker.metrics, "onbeat_claim_size_runs_sum") == sum(claims) == 12
@@ -104,9 +101,7 @@ async def test_worker__runs_arriving_in_a_stream_share_a_claim_one_alone_is_clai
             await node.dispatch()
             await asyncio.sleep(0.02)
 
-    stop = asyncio.Event()
-    running = asyncio.create_task(node.worker.run(stop))
-    try:
+    async with running_worker(node.worker):
         await arrive(1)
         await until_succeeded(node, 1, SAFETY_TIMEOUT)
         await asyncio.sleep(0.05)  # the claim loop is waiting on the queue again
@@ -117,9 +112,6 @@ async def test_worker__runs_arriving_in_a_stream_share_a_claim_one_alone_is_clai
         await until_succeeded(node, 4, SAFETY_TIMEOUT)
         await arrive(3)  # within the wait after the claim of 2
         await until_succeeded(node, 7, SAFETY_TIMEOUT)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, SAFETY_TIMEOUT)
     assert claims == [1, 1, 2, 3]
 
 
@@ -135,13 +127,8 @@ async def test_worker__a_backlog_is_claimed_as_slots_free_not_after_the_arrival_
     claims = record_claims(node, monkeypatch)
     node.app.submit_many([node.app.prepare("arecord", {"i": i}) for i in range(12)])
     await node.dispatch()
-    stop = asyncio.Event()
-    running = asyncio.create_task(node.worker.run(stop))
-    try:
+    async with running_worker(node.worker):
         await until_succeeded(node, 12, 1.0)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, SAFETY_TIMEOUT)
     assert sum(claims) == 12 and len(claims) >= 3
 
 
@@ -182,13 +169,8 @@ async def test_worker__runs_ending_quickly_let_claims_take_more_than_the_free_sl
     claims = record_claims(node, monkeypatch)
     node.app.submit_many([node.app.prepare("short", {"i": i}) for i in range(40)])
     await node.dispatch()
-    stop = asyncio.Event()
-    worker = asyncio.create_task(node.worker.run(stop))
-    try:
+    async with running_worker(node.worker):
         await until_succeeded(node, 40, SAFETY_TIMEOUT)
-    finally:
-        stop.set()
-        await asyncio.wait_for(worker, SAFETY_TIMEOUT)
     assert sorted(ran) == list(range(40))
     assert most_at_once == 4
     assert claims[0] == 4 and max(claims) <= 16
@@ -225,13 +207,8 @@ async def test_worker__runs_claimed_beyond_the_free_slots_are_released_at_stop(
     claims = record_claims(node, monkeypatch)
     node.app.submit_many([node.app.prepare("held", {"i": i}) for i in range(6)])
     await node.dispatch()
-    stop = asyncio.Event()
-    running = asyncio.create_task(node.worker.run(stop))
-    try:
+    async with running_worker(node.worker):
         await asyncio.wait_for(two_blocked.wait(), SAFETY_TIMEOUT)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, SAFETY_TIMEOUT)
     assert claims == [2, 4]
     assert (node.worker.stats.succeeded, node.worker.stats.released) == (2, 4)
     assert len(ran) == 2
