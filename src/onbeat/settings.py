@@ -158,7 +158,7 @@ class Settings(BaseSettings):
         default=256, ge=1, description="Most runs a worker claims per store call."
     )
     claim_prefetch: float = Field(
-        default=0.05,
+        default=0.0,
         ge=0,
         le=1,
         description="Seconds of this worker's recent pace it claims beyond its free slots: "
@@ -167,7 +167,9 @@ class Settings(BaseSettings):
         "for a slot. A claim costs about the same however few runs it carries, so claims "
         "of short runs then carry more: W1 drained 10,000-11,100 no-op runs/s at "
         "concurrency 64, 164-187 runs a claim, against 8,000-8,900 and 64 without "
-        "(docs/performance.md). Such a run waits about this long at "
+        "(docs/performance.md). Off by default until a stale start seen once with it is "
+        "explained: a fault run's worker, its loop blocked 4.9 s, started a run whose lease had "
+        "lapsed meanwhile (its outcome was fenced). 0.05 is the measured value. Such a run waits about this long at "
         "most while the pace holds, and is released if the worker stops; a worker whose runs "
         "end rarely claims few beyond its slots, and one under a fleet limit (set in its "
         "settings, or holding runs back at its last claim) none. 0: claims take only the "
